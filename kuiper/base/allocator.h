@@ -1,0 +1,30 @@
+// Allocators hand out raw device or host memory; Buffer owns what they hand out.
+#pragma once
+
+#include <cstddef>
+
+#include "kuiper/base/dtype.h"
+#include "kuiper/base/status.h"
+
+namespace kuiper {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual DeviceType device() const = 0;
+  virtual Result<void*> allocate(size_t bytes) = 0;
+  virtual void release(void* ptr, size_t bytes) = 0;
+};
+
+// The process-wide allocator of a device. CUDA is an error in a build without CUDA or on a
+// machine without a usable GPU.
+Result<Allocator*> allocator_for(DeviceType device);
+
+// Copies bytes between any two devices (cudaMemcpy when either side is CUDA).
+Status copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
+                  size_t bytes);
+
+// Whether this build has CUDA and a GPU is usable (tests use it to skip with a reason).
+bool cuda_available();
+
+}  // namespace kuiper

@@ -1,0 +1,128 @@
+#include "kuiper/base/dtype.h"
+
+namespace kuiper {
+
+size_t dtype_size(DataType t) {
+  switch (t) {
+    case DataType::kFp32: return 4;
+    case DataType::kFp16: return 2;
+    case DataType::kBf16: return 2;
+    case DataType::kInt8: return 1;
+    case DataType::kInt32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DataType t) {
+  switch (t) {
+    case DataType::kFp32: return "fp32";
+    case DataType::kFp16: return "fp16";
+    case DataType::kBf16: return "bf16";
+    case DataType::kInt8: return "int8";
+    case DataType::kInt32: return "int32";
+  }
+  return "?";
+}
+
+Result<DataType> parse_dtype(const std::string& name) {
+  for (DataType t : {DataType::kFp32, DataType::kFp16, DataType::kBf16, DataType::kInt8,
+                     DataType::kInt32}) {
+    if (name == dtype_name(t)) return t;
+  }
+  return Status::Error("unknown dtype '" + name + "' (expected fp32, fp16, bf16, int8 or int32)");
+}
+
+const char* device_name(DeviceType d) { return d == DeviceType::kCpu ? "cpu" : "cuda"; }
+
+Result<DeviceType> parse_device(const std::string& name) {
+  if (name == "cpu") return DeviceType::kCpu;
+  if (name == "cuda") return DeviceType::kCuda;
+  return Status::Error("unknown device '" + name + "' (expected cpu or cuda)");
+}
+
+float fp16_to_float(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: value = mant * 2^-24
+      float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+      std::memcpy(&u, &f, sizeof u);
+      u |= sign;
+    }
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint16_t float_to_fp16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;               // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;              // rounds to >= 65536: inf
+  if (abs < 0x38800000u) {                                    // below the smallest normal
+    // Subnormal half: value / 2^-24 rounded to nearest even.
+    float a;
+    std::memcpy(&a, &abs, sizeof a);
+    float scaled = a * 16777216.0f;  // exact: power of two
+    uint32_t m = static_cast<uint32_t>(scaled);
+    float rem = scaled - static_cast<float>(m);
+    if (rem > 0.5f || (rem == 0.5f && (m & 1u))) ++m;
+    return sign | static_cast<uint16_t>(m);
+  }
+  uint32_t mant = abs & 0x7fffffu;
+  uint32_t exp = (abs >> 23) - 112;
+  uint32_t h = (exp << 10) | (mant >> 13);
+  uint32_t rest = mant & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // carry may roll into the exponent
+  return sign | static_cast<uint16_t>(h);
+}
+
+namespace {
+float load_float(const void* src, DataType t, size_t i) {
+  switch (t) {
+    case DataType::kFp32: return static_cast<const float*>(src)[i];
+    case DataType::kFp16: return fp16_to_float(static_cast<const uint16_t*>(src)[i]);
+    case DataType::kBf16: return bf16_to_float(static_cast<const uint16_t*>(src)[i]);
+    default: return 0.0f;
+  }
+}
+void store_float(void* dst, DataType t, size_t i, float v) {
+  switch (t) {
+    case DataType::kFp32: static_cast<float*>(dst)[i] = v; break;
+    case DataType::kFp16: static_cast<uint16_t*>(dst)[i] = float_to_fp16(v); break;
+    case DataType::kBf16: static_cast<uint16_t*>(dst)[i] = float_to_bf16(v); break;
+    default: break;
+  }
+}
+bool is_float_like(DataType t) {
+  return t == DataType::kFp32 || t == DataType::kFp16 || t == DataType::kBf16;
+}
+}  // namespace
+
+Status convert_elements(const void* src, DataType src_type, void* dst, DataType dst_type,
+                        size_t n) {
+  if (!is_float_like(src_type) || !is_float_like(dst_type)) {
+    return Status::Error(std::string("cannot convert ") + dtype_name(src_type) + " to " +
+                         dtype_name(dst_type));
+  }
+  if (src_type == dst_type) {
+    std::memcpy(dst, src, n * dtype_size(src_type));
+    return Status::Ok();
+  }
+#pragma omp parallel for schedule(static) if (n > (1u << 16))
+  for (size_t i = 0; i < n; ++i) store_float(dst, dst_type, i, load_float(src, src_type, i));
+  return Status::Ok();
+}
+
+}  // namespace kuiper

@@ -1,0 +1,61 @@
+// ModelConfig: the engine's normalised view of a Hugging Face config.json, stored in the model
+// file's metadata under "config".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kuiper/base/status.h"
+
+namespace kuiper {
+
+enum class Architecture { kQwen2, kQwen3, kQwen3VL };
+const char* architecture_name(Architecture a);  // "qwen2", "qwen3", "qwen3_vl"
+Result<Architecture> parse_architecture(const std::string& name);
+
+// The attention algorithm chosen end to end (--attention): data, not scattered ifs.
+enum class AttentionKind { kMha, kFlash1, kFlash2 };
+const char* attention_name(AttentionKind a);  // "mha", "flash1", "flash2"
+Result<AttentionKind> parse_attention(const std::string& name);
+
+struct ModelConfig {
+  Architecture arch = Architecture::kQwen3;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2: q/k/v projections carry a bias
+  bool qk_norm = false;   // Qwen3: per-head RMSNorm of q and k before RoPE
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+
+  // Checks the numbers are consistent (positive sizes, heads divisible by kv heads, ...).
+  Status validate() const;
+  nlohmann::json to_json() const;
+  static Result<ModelConfig> from_json(const nlohmann::json& j);
+  // From a Hugging Face config.json (older rope_theta/rope_scaling style or newer
+  // rope_parameters style). Unknown architectures and unsupported rope scaling are errors.
+  static Result<ModelConfig> from_hf(const nlohmann::json& hf);
+};
+
+// A tensor the model needs, by its Hugging Face name, with the shape the config implies.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
+
+}  // namespace kuiper
