@@ -1,0 +1,62 @@
+// out[T, N] = x[T, K] @ w[N, K]^T (+ bias). Weights stay in their stored dtype (fp32/fp16/bf16)
+// and are widened a block of rows at a time, so a bf16 model never needs an fp32 copy.
+#include <algorithm>
+#include <vector>
+
+#include "kuiper/op/kernels/cpu/cpu_kernels.h"
+
+namespace kuiper::cpu {
+
+namespace {
+
+// 16 independent partial sums let the compiler vectorise without reassociating a single sum.
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float s = 0.0f;
+  for (float v : acc) s += v;
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+constexpr int64_t kRowBlock = 32;  // weight rows widened together: 32*K floats stay in L2
+
+}  // namespace
+
+void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
+  const size_t w_row_bytes = static_cast<size_t>(K) * dtype_size(w.dtype());
+  std::vector<float> b;
+  if (bias != nullptr) {
+    b.resize(static_cast<size_t>(N));
+    (void)convert_elements(bias->raw(), bias->dtype(), b.data(), DataType::kFp32, b.size());
+  }
+  const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel
+  {
+    std::vector<float> wblock(static_cast<size_t>(kRowBlock * K));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t n0 = blk * kRowBlock, rows = std::min(kRowBlock, N - n0);
+      const float* wp = wblock.data();
+      if (w.dtype() == DataType::kFp32) {
+        wp = w.data<float>() + n0 * K;
+      } else {
+        (void)convert_elements(static_cast<const char*>(w.raw()) + n0 * w_row_bytes, w.dtype(),
+                               wblock.data(), DataType::kFp32, static_cast<size_t>(rows * K));
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xr = x.data<float>() + t * K;
+        float* o = out.data<float>() + t * N + n0;
+        for (int64_t r = 0; r < rows; ++r) {
+          o[r] = dot(xr, wp + r * K, K) + (b.empty() ? 0.0f : b[n0 + r]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kuiper::cpu

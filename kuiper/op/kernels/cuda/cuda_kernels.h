@@ -1,0 +1,19 @@
+// CUDA kernels behind the op layer, one .cu file per family. Activations are fp32 or fp16
+// (accumulation always fp32); each launch runs on the current stream (kuiper/base/cuda_stream.h)
+// and its launch status is checked and returned.
+#pragma once
+
+#include "kuiper/tensor/tensor.h"
+
+namespace kuiper::cuda {
+
+Status embedding(const Tensor& table, const Tensor& ids, Tensor& out);
+Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
+Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+Status rope(Tensor& x, const Tensor& positions, double theta);
+Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
+Status add(const Tensor& a, const Tensor& b, Tensor& out);
+Status kv_write(const Tensor& k, Tensor& cache, int64_t start);
+Status argmax(const Tensor& logits, Tensor& out);
+
+}  // namespace kuiper::cuda

@@ -1,0 +1,152 @@
+#include "kuiper/op/ops.h"
+
+#include "kuiper/op/kernels/cpu/cpu_kernels.h"
+#ifdef KUIPER_WITH_CUDA
+#include "kuiper/op/kernels/cuda/cuda_kernels.h"
+#endif
+
+namespace kuiper::op {
+
+namespace {
+
+Status fail(const char* op, const std::string& why) {
+  return Status::Error(std::string(op) + ": " + why);
+}
+
+bool is_float(DataType t) {
+  return t == DataType::kFp32 || t == DataType::kFp16 || t == DataType::kBf16;
+}
+
+// Activations: fp32 everywhere, fp16 on CUDA.
+Status check_activation(const char* op, const Tensor& t) {
+  if (!t.defined()) return fail(op, "undefined tensor");
+  if (t.dtype() == DataType::kFp32) return Status::Ok();
+  if (t.dtype() == DataType::kFp16 && t.device() == DeviceType::kCuda) return Status::Ok();
+  return fail(op, "unsupported activation " + t.describe());
+}
+
+Status same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = *ts.begin();
+  for (const Tensor* t : ts) {
+    if (t->device() != first->device()) {
+      return fail(op, "tensors on different devices: " + first->describe() + " and " +
+                          t->describe());
+    }
+  }
+  return Status::Ok();
+}
+
+Status same_shape_and_type(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
+    return fail(op, "mismatched " + a.describe() + " and " + b.describe());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+#ifdef KUIPER_WITH_CUDA
+#define KUIPER_DISPATCH(device, call)                        \
+  do {                                                       \
+    if ((device) == DeviceType::kCuda) return cuda::call;    \
+    cpu::call;                                               \
+    return Status::Ok();                                     \
+  } while (0)
+#else
+#define KUIPER_DISPATCH(device, call) \
+  do {                                \
+    cpu::call;                        \
+    return Status::Ok();              \
+  } while (0)
+#endif
+
+Status embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("embedding", out));
+  KUIPER_RETURN_IF_ERROR(same_device("embedding", {&table, &ids, &out}));
+  if (table.ndim() != 2 || !is_float(table.dtype())) {
+    return fail("embedding", "bad table " + table.describe());
+  }
+  if (ids.dtype() != DataType::kInt32 || out.ndim() != 2 || out.dim(0) != ids.numel() ||
+      out.dim(1) != table.dim(1)) {
+    return fail("embedding", "ids " + ids.describe() + " and out " + out.describe() +
+                                 " do not fit table " + table.describe());
+  }
+  // Ids are validated where they enter (the tokenizer or the caller); a device-side check would
+  // cost a sync per step.
+  KUIPER_DISPATCH(out.device(), embedding(table, ids, out));
+}
+
+Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("rmsnorm", x));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("rmsnorm", x, out));
+  KUIPER_RETURN_IF_ERROR(same_device("rmsnorm", {&x, &weight, &out}));
+  if (weight.ndim() != 1 || !is_float(weight.dtype()) || x.dim(-1) % weight.numel() != 0) {
+    return fail("rmsnorm", "weight " + weight.describe() + " does not fit " + x.describe());
+  }
+  KUIPER_DISPATCH(x.device(), rmsnorm(x, weight, eps, out));
+}
+
+Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("matmul", x));
+  KUIPER_RETURN_IF_ERROR(same_device("matmul", {&x, &w, &out}));
+  if (x.ndim() != 2 || w.ndim() != 2 || out.ndim() != 2 || w.dim(1) != x.dim(1) ||
+      out.dim(0) != x.dim(0) || out.dim(1) != w.dim(0) ||
+      (out.dtype() != x.dtype() && out.dtype() != DataType::kFp32) ||
+      !is_float(w.dtype())) {
+    return fail("matmul", "cannot multiply " + x.describe() + " by " + w.describe() +
+                              "^T into " + out.describe());
+  }
+  if (bias != nullptr && (bias->numel() != w.dim(0) || bias->device() != x.device() ||
+                          !is_float(bias->dtype()))) {
+    return fail("matmul", "bias " + bias->describe() + " does not fit " + w.describe());
+  }
+  KUIPER_DISPATCH(x.device(), matmul(x, w, bias, out));
+}
+
+Status rope(Tensor& x, const Tensor& positions, double theta) {
+  KUIPER_RETURN_IF_ERROR(check_activation("rope", x));
+  KUIPER_RETURN_IF_ERROR(same_device("rope", {&x, &positions}));
+  if (x.ndim() != 3 || x.dim(2) % 2 != 0 || positions.dtype() != DataType::kInt32 ||
+      positions.numel() != x.dim(0)) {
+    return fail("rope", "bad input " + x.describe() + " with positions " + positions.describe());
+  }
+  KUIPER_DISPATCH(x.device(), rope(x, positions, theta));
+}
+
+Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("swiglu", gate));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("swiglu", gate, up));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("swiglu", gate, out));
+  KUIPER_RETURN_IF_ERROR(same_device("swiglu", {&gate, &up, &out}));
+  KUIPER_DISPATCH(gate.device(), swiglu(gate, up, out));
+}
+
+Status add(const Tensor& a, const Tensor& b, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("add", a));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("add", a, b));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("add", a, out));
+  KUIPER_RETURN_IF_ERROR(same_device("add", {&a, &b, &out}));
+  KUIPER_DISPATCH(a.device(), add(a, b, out));
+}
+
+Status kv_write(const Tensor& k, Tensor& cache, int64_t start) {
+  KUIPER_RETURN_IF_ERROR(check_activation("kv_write", k));
+  KUIPER_RETURN_IF_ERROR(same_device("kv_write", {&k, &cache}));
+  if (k.ndim() != 2 || cache.ndim() != 2 || k.dim(1) != cache.dim(1) ||
+      k.dtype() != cache.dtype() || start < 0 || start + k.dim(0) > cache.dim(0)) {
+    return fail("kv_write", "cannot write " + k.describe() + " at row " + std::to_string(start) +
+                                " of " + cache.describe());
+  }
+  KUIPER_DISPATCH(k.device(), kv_write(k, cache, start));
+}
+
+Status argmax(const Tensor& logits, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("argmax", logits));
+  KUIPER_RETURN_IF_ERROR(same_device("argmax", {&logits, &out}));
+  if (out.dtype() != DataType::kInt32 || out.numel() * logits.dim(-1) != logits.numel()) {
+    return fail("argmax", "bad output " + out.describe() + " for " + logits.describe());
+  }
+  KUIPER_DISPATCH(logits.device(), argmax(logits, out));
+}
+
+}  // namespace kuiper::op

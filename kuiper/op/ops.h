@@ -1,0 +1,41 @@
+// The op layer: one entry point per operation. Each checks shapes, dtypes and devices, then runs
+// the kernel of the tensors' device (kernels/cpu or kernels/cuda). The model graph calls only
+// these, so it is the same code on every backend.
+//
+// Conventions: activations are row-major [rows, features]; weights are [out, in] as Hugging Face
+// stores them; every reduction accumulates in fp32. Outputs may alias inputs where noted.
+#pragma once
+
+#include "kuiper/tensor/tensor.h"
+
+namespace kuiper::op {
+
+// out[t, :] = table[ids[t], :]. table: fp32/fp16/bf16 [V, H]; ids: int32 [T]; out: [T, H].
+Status embedding(const Tensor& table, const Tensor& ids, Tensor& out);
+
+// Row-wise RMSNorm over the last dimension D = weight.numel():
+//   out = x / sqrt(mean(x^2) + eps) * weight. Works for per-head norms by viewing x as [R, D].
+// out may alias x.
+Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
+
+// out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]). w: fp32/fp16/bf16, read in its stored type.
+// out has x's dtype, or fp32 (logits keep full precision when activations are fp16).
+Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+
+// Rotary embedding in place, rotate-half form as Hugging Face applies it: for each head,
+// pairs (i, i + d/2) rotate by angle pos * theta^(-2i/d). x: [T, heads, d]; positions: int32 [T].
+Status rope(Tensor& x, const Tensor& positions, double theta);
+
+// out = silu(gate) * up, elementwise. out may alias gate or up.
+Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
+
+// out = a + b, elementwise. out may alias a or b.
+Status add(const Tensor& a, const Tensor& b, Tensor& out);
+
+// Writes rows k[T, kv_dim] into cache rows [start, start + T) of cache[max_ctx, kv_dim].
+Status kv_write(const Tensor& k, Tensor& cache, int64_t start);
+
+// out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
+Status argmax(const Tensor& logits, Tensor& out);
+
+}  // namespace kuiper::op
