@@ -1,0 +1,146 @@
+// Standard attention, the baseline the flash kernels are measured against: scores are written
+// to a scratch buffer, a softmax normalises each row, then P·V is read back. Prefill runs in
+// passes of kRowsPerPass queries so the scratch is rows x heads x max_ctx floats, never T^2.
+//
+// Two kernels per pass:
+//   mha_scores      grid (key tiles, heads, rows): one warp per key, lanes across head_dim,
+//                   a warp-sum gives each score q·k * scale (log2 domain).
+//   mha_softmax_pv  grid (heads, rows): block max and sum over the row, then warps split the
+//                   keys for P·V and reduce their partial outputs through shared memory.
+// Graph-safe decode sizes the score grid for the whole cache; tiles past the position exit.
+#include "kuiper/op/kernels/cuda/attention_common.cuh"
+
+namespace kuiper::op::cuda_attention {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kKeysPerBlock = 64;
+constexpr int kRowsPerPass = 16;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) mha_scores(const T* __restrict__ q,
+                                                      const T* __restrict__ k, float* scores,
+                                                      Geometry g, int row0) {
+  constexpr int kPerLane = D / 32;
+  const int t = row0 + static_cast<int>(blockIdx.z);
+  const int h = blockIdx.y;
+  const int pos = first_position(g) + t;
+  const int key0 = blockIdx.x * kKeysPerBlock;
+  if (key0 > pos) return;  // causal: the whole tile is in this query's future
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float qv[kPerLane];
+  load_vec<T, kPerLane>(q + (static_cast<size_t>(t) * g.heads + h) * D + lane * kPerLane, qv);
+  const int kvh = h / g.group;
+  float* row = scores + (static_cast<size_t>(blockIdx.z) * g.heads + h) * g.max_ctx;
+  const int key_end = min(key0 + kKeysPerBlock, pos + 1);
+  for (int j = key0 + warp; j < key_end; j += kWarps) {
+    float kv[kPerLane];
+    load_vec<T, kPerLane>(k + (static_cast<size_t>(j) * g.kv_heads + kvh) * D + lane * kPerLane,
+                          kv);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) s += qv[i] * kv[i];
+    s = group_sum<32>(s);
+    if (lane == 0) row[j] = s * g.scale_log2;
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) mha_softmax_pv(const T* __restrict__ v, float* scores,
+                                                          T* __restrict__ out, Geometry g,
+                                                          int row0) {
+  constexpr int kPerLane = D / 32;
+  __shared__ float reduce[kWarps];
+  __shared__ float partial[kWarps][D];
+  const int t = row0 + static_cast<int>(blockIdx.y);
+  const int h = blockIdx.x;
+  const int len = first_position(g) + t + 1;
+  float* row = scores + (static_cast<size_t>(blockIdx.y) * g.heads + h) * g.max_ctx;
+
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < len; j += kThreads) m = fmaxf(m, row[j]);
+  m = block_reduce<kThreads, true>(m, reduce);
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < len; j += kThreads) {
+    const float e = fast_exp2(row[j] - m);
+    row[j] = e;
+    sum += e;
+  }
+  sum = block_reduce<kThreads, false>(sum, reduce);  // its barriers also publish the exponentials
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int kvh = h / g.group;
+  float o[kPerLane] = {};
+  for (int j = warp; j < len; j += kWarps) {
+    const float p = row[j];
+    float vv[kPerLane];
+    load_vec<T, kPerLane>(v + (static_cast<size_t>(j) * g.kv_heads + kvh) * D + lane * kPerLane,
+                          vv);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) o[i] += p * vv[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) partial[warp][lane * kPerLane + i] = o[i];
+  __syncthreads();
+  if (threadIdx.x < D) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) acc += partial[w][threadIdx.x];
+    float r = acc / sum;
+    T* dst = out + (static_cast<size_t>(t) * g.heads + h) * D + threadIdx.x;
+    if constexpr (sizeof(T) == 4) {
+      *dst = r;
+    } else {
+      *dst = __float2half_rn(r);
+    }
+  }
+}
+
+class MhaAttention final : public AttentionOp {
+ public:
+  explicit MhaAttention(const AttentionRequest& r) : request_(r) {}
+  const char* name() const override {
+    return request_.graph_safe ? "cuda-mha-gpu-pos" : "cuda-mha";
+  }
+
+  Status forward(const AttentionArgs& a) override {
+    KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
+    const Geometry g = make_geometry(a, request_.graph_safe);
+    const int rows_cap = std::min(g.T, kRowsPerPass);
+    KUIPER_ASSIGN_OR_RETURN(float* scores,
+                            scratch_.floats(static_cast<size_t>(rows_cap) * g.heads * g.max_ctx));
+    return with_instantiation(request_.dtype, request_.head_dim, [&](auto tt, auto dt) -> Status {
+      using T = typename decltype(tt)::type;
+      constexpr int D = decltype(dt)::value;
+      const T* q = a.q.data<T>();
+      const T* k = a.k_cache.data<T>();
+      const T* v = a.v_cache.data<T>();
+      T* out = a.out.data<T>();
+      for (int row0 = 0; row0 < g.T; row0 += kRowsPerPass) {
+        const int rows = std::min(kRowsPerPass, g.T - row0);
+        // Keys the last query of the pass sees; graph-safe decode covers the whole cache.
+        const int keys = request_.graph_safe ? g.max_ctx : g.start + row0 + rows;
+        const dim3 score_grid((keys + kKeysPerBlock - 1) / kKeysPerBlock, g.heads, rows);
+        mha_scores<T, D><<<score_grid, kThreads, 0, cuda::stream()>>>(q, k, scores, g, row0);
+        KUIPER_CUDA_CHECK_LAUNCH("mha_scores");
+        mha_softmax_pv<T, D>
+            <<<dim3(g.heads, rows), kThreads, 0, cuda::stream()>>>(v, scores, out, g, row0);
+        KUIPER_CUDA_CHECK_LAUNCH("mha_softmax_pv");
+      }
+      return Status::Ok();
+    });
+  }
+
+ private:
+  AttentionRequest request_;
+  Scratch scratch_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<AttentionOp>> make_mha_attention(const AttentionRequest& request) {
+  return std::unique_ptr<AttentionOp>(new MhaAttention(request));
+}
+
+}  // namespace kuiper::op::cuda_attention

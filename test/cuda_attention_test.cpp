@@ -1,0 +1,286 @@
+// The CUDA attention kernels (mha, flash1, flash2; prefill and decode; fp32 and fp16; graph-safe
+// decode) against the CPU reference on random inputs. Outputs are poisoned with NaN before each
+// run and cache rows past the valid prefix hold NaN, so an unwritten output or a read beyond the
+// context fails the comparison.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kuiper/base/allocator.h"
+#include "kuiper/op/attention.h"
+#include "kuiper/op/kernels/cpu/cpu_kernels.h"
+
+#ifdef KUIPER_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kuiper/base/cuda_runtime.h"
+#endif
+
+namespace kuiper::op {
+namespace {
+
+constexpr int kKvHeads = 2;
+
+struct Case {
+  AttentionKind kind;
+  AttentionPhase phase;
+  DataType dtype;
+  bool graph_safe;
+  int head_dim;
+  int group;  // query heads per kv head
+  int T;      // queries
+  int start;  // position of the first query; the context is start + T keys
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(attention_name(c.kind)) +
+         (c.phase == AttentionPhase::kPrefill ? "_prefill_" : "_decode_") + dtype_name(c.dtype) +
+         (c.graph_safe ? "_gpupos" : "") + "_d" + std::to_string(c.head_dim) + "_g" +
+         std::to_string(c.group) + "_T" + std::to_string(c.T) + "_s" + std::to_string(c.start);
+}
+
+// Host fp32 tensors whose values are exactly representable in the tested dtype, so the
+// reference sees the numbers the GPU sees.
+Tensor random_host(std::vector<int64_t> shape, DataType dtype, float lo, float hi, uint32_t seed) {
+  Tensor t = *Tensor::empty(std::move(shape), DataType::kFp32);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    p[i] = dist(rng);
+    if (dtype == DataType::kFp16) p[i] = fp16_to_float(float_to_fp16(p[i]));
+  }
+  return t;
+}
+
+Result<Tensor> to_device(const Tensor& host_f32, DataType dtype) {
+  KUIPER_ASSIGN_OR_RETURN(Tensor converted, Tensor::empty(host_f32.shape(), dtype));
+  KUIPER_RETURN_IF_ERROR(convert_elements(host_f32.raw(), DataType::kFp32, converted.raw(), dtype,
+                                          static_cast<size_t>(host_f32.numel())));
+  return converted.to(DeviceType::kCuda);
+}
+
+Result<Tensor> to_host_f32(const Tensor& device) {
+  KUIPER_ASSIGN_OR_RETURN(Tensor host, device.to(DeviceType::kCpu));
+  KUIPER_ASSIGN_OR_RETURN(Tensor f32, Tensor::empty(host.shape(), DataType::kFp32));
+  KUIPER_RETURN_IF_ERROR(convert_elements(host.raw(), host.dtype(), f32.raw(), DataType::kFp32,
+                                          static_cast<size_t>(host.numel())));
+  return f32;
+}
+
+// One problem's inputs and the CPU reference output. Inputs depend only on the shape, dtype
+// and seed, so every kind and variant of a shape shares one (cached) reference.
+struct Problem {
+  Tensor q, k, v, ref;  // host fp32
+  int max_ctx;
+};
+
+const Problem& problem_for(DataType dtype, int head_dim, int group, int T, int start) {
+  static std::map<std::string, std::unique_ptr<Problem>> cache;
+  const std::string key = std::string(dtype_name(dtype)) + "/" + std::to_string(head_dim) + "/" +
+                          std::to_string(group) + "/" + std::to_string(T) + "/" +
+                          std::to_string(start);
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  auto p = std::make_unique<Problem>();
+  const int heads = kKvHeads * group, ctx = start + T;
+  p->max_ctx = ctx + 3;  // rows past the context hold NaN: kernels must never read them
+  const uint32_t seed = static_cast<uint32_t>(std::hash<std::string>()(key));
+  // q spans a wider range than k so scores have unit spread: softmax is neither flat nor one-hot.
+  p->q = random_host({T, heads, head_dim}, dtype, -3.0f, 3.0f, seed);
+  p->k = random_host({p->max_ctx, kKvHeads, head_dim}, dtype, -1.0f, 1.0f, seed + 1);
+  p->v = random_host({p->max_ctx, kKvHeads, head_dim}, dtype, -1.0f, 1.0f, seed + 2);
+  for (int64_t i = static_cast<int64_t>(ctx) * kKvHeads * head_dim; i < p->k.numel(); ++i) {
+    p->k.data<float>()[i] = NAN;
+    p->v.data<float>()[i] = NAN;
+  }
+  p->ref = *Tensor::empty({T, heads, head_dim}, DataType::kFp32);
+  cpu::attention(p->q, p->k, p->v, p->ref, start);
+  return *(cache[key] = std::move(p));
+}
+
+// Max abs error against the reference, relative to the output's scale (its largest |value|).
+// Any non-finite output (an unwritten NaN-poisoned element) fails.
+void expect_close(const Tensor& got, const Tensor& ref, DataType dtype) {
+  double scale = 0.0, err = 0.0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = ref.data<float>()[i], g = got.data<float>()[i];
+    scale = std::max(scale, std::fabs(r));
+    if (!std::isfinite(g)) ++bad;
+    else err = std::max(err, std::fabs(g - r));
+  }
+  EXPECT_EQ(bad, 0) << "non-finite outputs (unwritten or NaN read)";
+  const double tol = dtype == DataType::kFp32 ? 1e-4 * std::max(1.0, scale) : 2e-3 * scale + 1e-5;
+  EXPECT_LE(err, tol) << "max abs error " << err << " at output scale " << scale;
+}
+
+Result<Tensor> nan_tensor(const std::vector<int64_t>& shape, DataType dtype) {
+  KUIPER_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(shape, DataType::kFp32));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = NAN;
+  return to_device(t, dtype);
+}
+
+Status sync() {
+#ifdef KUIPER_WITH_CUDA
+  return cuda::check(cudaStreamSynchronize(cuda::stream()), "cudaStreamSynchronize");
+#else
+  return Status::Ok();
+#endif
+}
+
+class CudaAttention : public testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttention, MatchesCpuReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  const Case& c = GetParam();
+  const Problem& p = problem_for(c.dtype, c.head_dim, c.group, c.T, c.start);
+
+  AttentionRequest request;
+  request.kind = c.kind;
+  request.phase = c.phase;
+  request.dtype = c.dtype;
+  request.device = DeviceType::kCuda;
+  request.graph_safe = c.graph_safe;
+  request.head_dim = c.head_dim;
+  Result<std::unique_ptr<AttentionOp>> op = make_attention(request);
+  ASSERT_TRUE(op.ok()) << op.status().message();
+
+  AttentionArgs args;
+  args.q = *to_device(p.q, c.dtype);
+  args.k_cache = *to_device(p.k, c.dtype);
+  args.v_cache = *to_device(p.v, c.dtype);
+  Result<Tensor> out = nan_tensor(p.q.shape(), c.dtype);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  args.out = *out;
+  args.start = c.start;
+  if (c.graph_safe) {
+    // The host start is deliberately wrong: the kernel must take the position from the device.
+    args.start = 0;
+    Tensor pos = *Tensor::empty({1}, DataType::kInt32);
+    pos.data<int32_t>()[0] = c.start;
+    args.device_position = *pos.to(DeviceType::kCuda);
+  }
+  // Twice: the second run reuses the op's scratch buffers, as decode steps do.
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), c.dtype)).ok());
+    Status st = (*op)->forward(args);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_TRUE(sync().ok());
+    Result<Tensor> got = to_host_f32(args.out);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    expect_close(*got, p.ref, c.dtype);
+  }
+}
+
+std::vector<Case> all_cases() {
+  const AttentionKind kinds[] = {AttentionKind::kMha, AttentionKind::kFlash1,
+                                 AttentionKind::kFlash2};
+  const DataType dtypes[] = {DataType::kFp32, DataType::kFp16};
+  std::vector<Case> cases;
+  for (AttentionKind kind : kinds) {
+    for (DataType dtype : dtypes) {
+      for (int d : {64, 128}) {
+        for (int group : {1, 2, 4, 8}) {
+          for (int kv : {1, 7, 64, 255, 256, 1000, 4097}) {
+            for (bool graph_safe : {false, true}) {
+              cases.push_back({kind, AttentionPhase::kDecode, dtype, graph_safe, d, group, 1, kv - 1});
+            }
+          }
+          // Prefill: tile-size multiples and not, and multi-turn prefills (start > 0).
+          const int shapes[][2] = {{1, 0},   {7, 0},    {64, 0}, {255, 0},
+                                   {256, 0}, {100, 155}, {37, 963}};
+          for (const auto& s : shapes) {
+            cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, d, group, s[0], s[1]});
+          }
+        }
+        // Long prefills on one GQA ratio only: the CPU reference is quadratic.
+        cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, d, 2, 1000, 0});
+        cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, d, 2, 129, 3968});
+      }
+    }
+    cases.push_back({kind, AttentionPhase::kPrefill, DataType::kFp16, false, 128, 4, 4097, 0});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaAttention, testing::ValuesIn(all_cases()), case_name);
+
+#ifdef KUIPER_WITH_CUDA
+// A graph-safe decode step captured once and replayed at several positions, as the CUDA-graph
+// decode loop does: only the device position changes between replays.
+TEST(CudaAttentionGraph, ReplaysAtAnyPosition) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int d = 128, group = 4, max_pos = 3000;
+  const DataType dtype = DataType::kFp16;
+  for (AttentionKind kind :
+       {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
+    SCOPED_TRACE(attention_name(kind));
+    AttentionRequest request{kind, AttentionPhase::kDecode, dtype, DeviceType::kCuda, true, d};
+    auto op = make_attention(request);
+    ASSERT_TRUE(op.ok()) << op.status().message();
+    const Problem& p = problem_for(dtype, d, group, 1, max_pos);
+    AttentionArgs args;
+    args.q = *to_device(p.q, dtype);
+    args.k_cache = *to_device(p.k, dtype);
+    args.v_cache = *to_device(p.v, dtype);
+    args.out = *nan_tensor(p.q.shape(), dtype);
+    args.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+    int32_t* pos_dev = args.device_position.data<int32_t>();
+    cudaStream_t s = cuda::stream();
+    int32_t pos = max_pos;
+    ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+    ASSERT_TRUE((*op)->forward(args).ok());  // warm-up: allocates scratch outside the capture
+    ASSERT_TRUE(sync().ok());
+
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    Status st = (*op)->forward(args);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    ASSERT_TRUE(st.ok()) << st.message();
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+    // Each replay is checked against the CPU reference over the same cache prefix.
+    for (int32_t at : {5, 700, max_pos}) {
+      pos = at;
+      ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+      ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      ASSERT_TRUE(sync().ok());
+      Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
+      cpu::attention(p.q, p.k, p.v, ref, at);
+      expect_close(*to_host_f32(args.out), ref, dtype);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
+TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {
+  auto message = [](AttentionRequest r) {
+    r.device = DeviceType::kCuda;
+    auto op = make_attention(r);
+    return op.ok() ? std::string("accepted") : op.status().message();
+  };
+  AttentionRequest r{AttentionKind::kFlash2, AttentionPhase::kDecode, DataType::kFp16,
+                     DeviceType::kCuda, false, 96};
+  EXPECT_NE(message(r).find("flash2 decode fp16 head_dim 96"), std::string::npos) << message(r);
+  r.head_dim = 128;
+  r.dtype = DataType::kBf16;
+  EXPECT_NE(message(r).find("bf16"), std::string::npos) << message(r);
+  r.dtype = DataType::kFp16;
+  r.phase = AttentionPhase::kPrefill;
+  r.graph_safe = true;
+  EXPECT_NE(message(r).find("graph-safe"), std::string::npos) << message(r);
+}
+#endif
+
+}  // namespace
+}  // namespace kuiper::op
