@@ -5,7 +5,7 @@
 #include <string>
 
 #ifdef KUIPER_WITH_CUDA
-#include <cuda_runtime.h>
+#include "kuiper/base/cuda_runtime.h"
 #endif
 
 namespace kuiper {
@@ -61,10 +61,10 @@ Status copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType 
     return Status::Ok();
   }
 #ifdef KUIPER_WITH_CUDA
-  cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
-  if (err != cudaSuccess) {
-    return Status::Error(std::string("cudaMemcpy failed: ") + cudaGetErrorString(err));
-  }
+  // On the engine stream, then waited for: the copy is ordered after every queued kernel and
+  // the data is usable (or the host buffer reusable) when this returns.
+  KUIPER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda::stream()));
+  KUIPER_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));
   return Status::Ok();
 #else
   return Status::Error("this build of Kuiper has no CUDA support");

@@ -14,6 +14,8 @@
 //                 used (and copied to a GPU) in place.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +31,16 @@ namespace kuiper {
 constexpr char kModelFileMagic[8] = {'K', 'U', 'I', 'P', 'E', 'R', 'L', 'M'};
 constexpr uint32_t kModelFileVersion = 1;
 constexpr uint64_t kModelFileAlignment = 4096;
+
+// A whole file mapped read-only (the model file, a safetensors shard). The bytes stay valid as
+// long as `mapping` or any copy of it lives, which is how tensor views keep their file mapped.
+struct MappedFile {
+  std::shared_ptr<const void> mapping;  // null for an empty file
+  size_t size = 0;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(mapping.get()); }
+};
+// Errors name the path ("cannot open x: No such file or directory").
+Result<MappedFile> map_file(const std::string& path);
 
 struct TensorEntry {
   std::string name;

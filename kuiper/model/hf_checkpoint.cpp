@@ -1,0 +1,132 @@
+#include "kuiper/model/hf_checkpoint.h"
+
+#include <filesystem>
+#include <vector>
+
+#include "kuiper/model/model_file.h"
+
+namespace kuiper {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+Result<std::string> read_text(const std::string& path) {
+  KUIPER_ASSIGN_OR_RETURN(MappedFile file, map_file(path));
+  return std::string(reinterpret_cast<const char*>(file.data()), file.size);
+}
+
+Result<json> parse_json(const std::string& text, const std::string& path) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    return Status::Error(path + " is not valid JSON: " + e.what());
+  }
+}
+
+// A file the model file embeds: required, and checked to be JSON now rather than when a
+// tokenizer first reads it from the converted file.
+Result<std::string> read_required_json_text(const std::string& dir, const std::string& name,
+                                            const std::string& why) {
+  const std::string path = (fs::path(dir) / name).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::Error(dir + ": " + name + " is missing (" + why + ")");
+  KUIPER_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  if (!json::accept(text)) return Status::Error(path + " is not valid JSON");
+  return text;
+}
+
+bool is_float_type(DataType t) {
+  return t == DataType::kFp32 || t == DataType::kFp16 || t == DataType::kBf16;
+}
+
+}  // namespace
+
+Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  fs::file_status st = fs::status(dir, ec);
+  if (!fs::exists(st)) return Status::Error(dir + ": no such directory");
+  if (!fs::is_directory(st)) return Status::Error(dir + ": not a directory");
+
+  HfCheckpoint ckpt;
+  ckpt.dir = dir;
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_path, ec)) {
+    return Status::Error(dir + ": no config.json (not a Hugging Face checkpoint directory)");
+  }
+  KUIPER_ASSIGN_OR_RETURN(std::string config_text, read_text(config_path));
+  KUIPER_ASSIGN_OR_RETURN(ckpt.hf_config, parse_json(config_text, config_path));
+  Result<ModelConfig> config = ModelConfig::from_hf(ckpt.hf_config);
+  if (!config.ok()) return config.status().With(dir);
+  ckpt.config = *config;
+
+  KUIPER_ASSIGN_OR_RETURN(ckpt.tokenizer_json,
+                          read_required_json_text(dir, "tokenizer.json",
+                                                  "the model file embeds the tokenizer"));
+  KUIPER_ASSIGN_OR_RETURN(ckpt.tokenizer_config_json,
+                          read_required_json_text(dir, "tokenizer_config.json",
+                                                  "the model file embeds the chat template"));
+  const std::string preprocessor_path = (fs::path(dir) / "preprocessor_config.json").string();
+  if (fs::exists(preprocessor_path, ec)) {
+    KUIPER_ASSIGN_OR_RETURN(std::string text, read_text(preprocessor_path));
+    KUIPER_ASSIGN_OR_RETURN(ckpt.preprocessor_config, parse_json(text, preprocessor_path));
+  }
+  KUIPER_ASSIGN_OR_RETURN(ckpt.weights, SafetensorsCheckpoint::open(dir));
+  return ckpt;
+}
+
+Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path,
+                          std::optional<DataType> dtype,
+                          const std::function<void(const ConvertProgress&)>& progress) {
+  if (dtype && !is_float_type(*dtype)) {
+    return Status::Error(std::string("cannot convert weights to ") + dtype_name(*dtype) +
+                         " (fp32, fp16 or bf16)");
+  }
+  KUIPER_ASSIGN_OR_RETURN(HfCheckpoint ckpt, read_hf_checkpoint(hf_dir));
+
+  // Check the whole tensor list before writing a byte, so a bad checkpoint fails at once.
+  std::vector<TensorSource> sources;
+  std::vector<uint64_t> bytes_through;  // output bytes up to and including tensor i
+  std::vector<std::string> missing;
+  uint64_t total_bytes = 0;
+  for (const TensorSpec& spec : expected_tensors(ckpt.config)) {
+    const SafetensorsTensor* t = ckpt.weights.find(spec.name);
+    if (t == nullptr) {
+      missing.push_back(spec.name);
+      continue;
+    }
+    if (t->shape != spec.shape) {
+      return Status::Error(hf_dir + ": tensor '" + spec.name + "' has shape " +
+                           shape_string(t->shape) + " in " + ckpt.weights.file_of(spec.name) +
+                           " but config.json implies " + shape_string(spec.shape));
+    }
+    const DataType out = dtype.value_or(t->dtype);
+    const size_t n = t->nbytes / dtype_size(t->dtype);
+    sources.push_back({spec.name, out, spec.shape, [t, out, n](void* dst) {
+                         return convert_elements(t->data, t->dtype, dst, out, n);
+                       }});
+    total_bytes += n * dtype_size(out);
+    bytes_through.push_back(total_bytes);
+  }
+  if (!missing.empty()) {
+    std::string more = missing.size() > 1
+                           ? " (and " + std::to_string(missing.size() - 1) + " more)"
+                           : std::string();
+    return Status::Error(hf_dir + ": tensor '" + missing[0] +
+                         "' is missing from the checkpoint" + more);
+  }
+
+  json metadata = {{"hf_config", ckpt.hf_config},
+                   {"tokenizer_json", ckpt.tokenizer_json},
+                   {"tokenizer_config_json", ckpt.tokenizer_config_json}};
+  if (!ckpt.preprocessor_config.is_null()) {
+    metadata["preprocessor_config"] = ckpt.preprocessor_config;
+  }
+  auto on_tensor = [&](size_t done, size_t total) {
+    if (progress) progress({done, total, bytes_through[done - 1], total_bytes});
+  };
+  return write_model_file(out_path, ckpt.config, std::move(metadata), sources, on_tensor);
+}
+
+}  // namespace kuiper

@@ -1,0 +1,470 @@
+// Hugging Face checkpoint -> model file: the fixture recipe, the safetensors reader, the
+// converter (library and kuiper-convert CLI) and the errors each must name.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kuiper/model/hf_checkpoint.h"
+#include "kuiper/model/model_file.h"
+#include "kuiper/model/safetensors.h"
+#include "support/fixture_checkpoint.h"
+#include "support/paths.h"
+
+namespace kuiper {
+namespace {
+
+using nlohmann::json;
+using test::CheckpointOptions;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json fixture_config(const std::string& name) {
+  return json::parse(read_text(test::fixtures_dir() + "/" + name + "/config.json"));
+}
+
+// qwen3-tiny with a small vocabulary: every code path, a fraction of the bytes.
+json small_qwen3_config() {
+  json c = fixture_config("qwen3-tiny");
+  c["vocab_size"] = 512;
+  return c;
+}
+
+std::shared_ptr<ModelFile> open_ok(const std::string& path) {
+  Result<std::shared_ptr<ModelFile>> r = ModelFile::open(path);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? *r : nullptr;
+}
+
+std::string convert_error(const std::string& hf_dir, const std::string& out,
+                          std::optional<DataType> dtype = std::nullopt) {
+  Status s = convert_checkpoint(hf_dir, out, dtype);
+  return s.ok() ? "<converted without error>" : s.message();
+}
+
+// The tensor's values as floats, whatever its dtype.
+std::vector<float> floats_of(const ModelFile& mf, const std::string& name) {
+  Result<Tensor> t = mf.tensor(name);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) return {};
+  std::vector<float> out(static_cast<size_t>(t->numel()));
+  EXPECT_TRUE(convert_elements(t->raw(), t->dtype(), out.data(), DataType::kFp32, out.size()).ok());
+  return out;
+}
+
+std::vector<float> recipe_floats(const std::string& name, const std::vector<int64_t>& shape) {
+  std::vector<uint16_t> bits = test::fixture_bf16(name, shape);
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  return out;
+}
+
+bool same_bytes(const ModelFile& a, const ModelFile& b, const std::string& name) {
+  Result<Tensor> ta = a.tensor(name), tb = b.tensor(name);
+  return ta.ok() && tb.ok() && ta->dtype() == tb->dtype() && ta->nbytes() == tb->nbytes() &&
+         std::memcmp(ta->raw(), tb->raw(), ta->nbytes()) == 0;
+}
+
+TEST(FixtureCheckpoint, RecipeMatchesDetweights) {
+  EXPECT_EQ(test::fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(test::fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+  // First and last values as detweights.py computes them.
+  std::vector<uint16_t> norm = test::fixture_bf16("model.norm.weight", {128});
+  EXPECT_EQ(std::vector<uint16_t>(norm.begin(), norm.begin() + 4),
+            (std::vector<uint16_t>{0x3f69, 0x3f77, 0x3f6f, 0x3f7d}));
+  EXPECT_EQ(norm.back(), 0x3f68);
+  std::vector<uint16_t> bias = test::fixture_bf16("model.layers.0.self_attn.q_proj.bias", {256});
+  EXPECT_EQ(std::vector<uint16_t>(bias.begin(), bias.begin() + 4),
+            (std::vector<uint16_t>{0x3c95, 0x3c26, 0xbca4, 0x3c71}));
+  EXPECT_EQ(bias.back(), 0x3d0f);
+  std::vector<uint16_t> embed = test::fixture_bf16("model.embed_tokens.weight", {151936, 128});
+  EXPECT_EQ(std::vector<uint16_t>(embed.begin(), embed.begin() + 4),
+            (std::vector<uint16_t>{0xbd21, 0xbd3a, 0x3dfd, 0xbe1a}));
+  EXPECT_EQ(embed.back(), 0xbdb8);
+}
+
+TEST(FixtureCheckpoint, Qwen3TinyIsBitIdenticalToDetweights) {
+  TempDir dir;
+  Status s = test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", dir.path());
+  ASSERT_TRUE(s.ok()) << s.message();
+  // Size and FNV-1a 64 of the whole model.safetensors that detweights.py writes.
+  const std::string bytes = read_text(dir.file("model.safetensors"));
+  EXPECT_EQ(bytes.size(), 39883072u);
+  EXPECT_EQ(test::fnv1a64(bytes), 0xcff47ca10c536f7bull);
+  EXPECT_EQ(read_text(dir.file("config.json")),
+            read_text(test::fixtures_dir() + "/qwen3-tiny/config.json"));
+  EXPECT_EQ(read_text(dir.file("tokenizer.json")),
+            read_text(test::tokenizer_dir() + "/tokenizer.json"));
+  EXPECT_FALSE(fs::exists(dir.file("tensors.json")));
+}
+
+TEST(Safetensors, ReadsShapesDtypesAndData) {
+  TempDir dir;
+  CheckpointOptions f32;
+  f32.dtype = DataType::kFp32;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.path(), f32).ok());
+  Result<SafetensorsFile> f = SafetensorsFile::open(dir.file("model.safetensors"));
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  const SafetensorsTensor* norm = nullptr;
+  for (const SafetensorsTensor& t : f->tensors()) {
+    if (t.name == "model.norm.weight") norm = &t;
+  }
+  ASSERT_NE(norm, nullptr);
+  EXPECT_EQ(norm->dtype, DataType::kFp32);
+  EXPECT_EQ(norm->shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(norm->nbytes, 512u);
+  const std::vector<float> want = recipe_floats("model.norm.weight", {128});
+  EXPECT_EQ(std::memcmp(norm->data, want.data(), 512), 0);
+}
+
+// A one-tensor safetensors file with the given header entry and `data_bytes` of data.
+void write_safetensors_by_hand(const std::string& path, const json& entry, size_t data_bytes) {
+  const std::string header = json{{"t", entry}}.dump();
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(header.size() >> (8 * i));
+  bytes += header + std::string(data_bytes, '\0');
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(Safetensors, RejectsOtherDtypesAndDataPastTheEnd) {
+  TempDir dir;
+  const std::string path = dir.file("x.safetensors");
+  write_safetensors_by_hand(path, {{"dtype", "I64"}, {"shape", {2}}, {"data_offsets", {0, 16}}},
+                            16);
+  Result<SafetensorsFile> f = SafetensorsFile::open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            path + ": tensor 't' has dtype I64, which is not supported (BF16, F16 or F32)");
+
+  write_safetensors_by_hand(path, {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}},
+                            8);
+  f = SafetensorsFile::open(path);
+  ASSERT_FALSE(f.ok());
+  const uint64_t size = fs::file_size(path);
+  EXPECT_EQ(f.status().message(), path + ": truncated: tensor 't' ends at byte " +
+                                      std::to_string(size + 8) + " but the file has " +
+                                      std::to_string(size) + " bytes");
+
+  write_safetensors_by_hand(path, {{"dtype", "F32"}, {"shape", {3}}, {"data_offsets", {0, 16}}},
+                            16);
+  f = SafetensorsFile::open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            path + ": tensor 't': data_offsets span 16 bytes but F32[3] needs 12");
+
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << std::string("\xff\xff\0\0\0\0\0\0{}", 10);
+  f = SafetensorsFile::open(path);
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            path + ": truncated: the header claims 65535 bytes but the file has 10 bytes");
+}
+
+TEST(Convert, FixtureKeepsBf16AndEmbedsConfigAndTokenizer) {
+  TempDir dir;
+  const std::string hf = dir.file("hf");
+  ASSERT_TRUE(test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", hf).ok());
+  std::vector<ConvertProgress> calls;
+  Status s = convert_checkpoint(hf, dir.file("model.bin"), std::nullopt,
+                                [&](const ConvertProgress& p) { calls.push_back(p); });
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::shared_ptr<ModelFile> mf = open_ok(dir.file("model.bin"));
+  ASSERT_NE(mf, nullptr);
+
+  EXPECT_EQ(mf->config().arch, Architecture::kQwen3);
+  EXPECT_TRUE(mf->config().tie_word_embeddings);
+  EXPECT_EQ(mf->metadata()["hf_config"], fixture_config("qwen3-tiny"));
+  EXPECT_EQ(mf->tokenizer_json(), read_text(test::tokenizer_dir() + "/tokenizer.json"));
+  EXPECT_EQ(mf->tokenizer_config_json(),
+            read_text(test::tokenizer_dir() + "/tokenizer_config.json"));
+  EXPECT_FALSE(mf->metadata().contains("preprocessor_config"));
+
+  const std::vector<TensorSpec> specs = expected_tensors(mf->config());
+  ASSERT_EQ(mf->tensors().size(), specs.size());
+  EXPECT_EQ(mf->find("lm_head.weight"), nullptr);
+  for (const TensorSpec& spec : specs) {
+    Result<Tensor> t = mf->tensor(spec.name);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    EXPECT_EQ(t->dtype(), DataType::kBf16) << spec.name;
+    const std::vector<uint16_t> want = test::fixture_bf16(spec.name, spec.shape);
+    ASSERT_EQ(std::memcmp(t->raw(), want.data(), t->nbytes()), 0) << spec.name;
+  }
+
+  ASSERT_EQ(calls.size(), specs.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].tensors_done, i + 1);
+    EXPECT_EQ(calls[i].tensors_total, specs.size());
+    if (i > 0) {
+      EXPECT_GT(calls[i].bytes_done, calls[i - 1].bytes_done);
+    }
+  }
+  EXPECT_EQ(calls.back().bytes_done, calls.back().bytes_total);
+  uint64_t bf16_bytes = 0;
+  for (const TensorSpec& spec : specs) {
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    bf16_bytes += 2 * static_cast<uint64_t>(n);
+  }
+  EXPECT_EQ(calls.back().bytes_total, bf16_bytes);
+}
+
+TEST(Convert, UntiedQwen2KeepsLmHeadAndBiases) {
+  TempDir dir;
+  json config = fixture_config("qwen2-tiny");
+  config["vocab_size"] = 640;
+  ASSERT_TRUE(test::write_checkpoint(config, dir.file("hf")).ok());
+  ASSERT_TRUE(convert_checkpoint(dir.file("hf"), dir.file("model.bin"), std::nullopt).ok());
+  std::shared_ptr<ModelFile> mf = open_ok(dir.file("model.bin"));
+  ASSERT_NE(mf, nullptr);
+  EXPECT_EQ(mf->config().arch, Architecture::kQwen2);
+  EXPECT_TRUE(mf->config().qkv_bias);
+  ASSERT_NE(mf->find("lm_head.weight"), nullptr);
+  EXPECT_EQ(mf->find("lm_head.weight")->shape, (std::vector<int64_t>{640, 128}));
+  EXPECT_EQ(floats_of(*mf, "model.layers.1.self_attn.k_proj.bias"),
+            recipe_floats("model.layers.1.self_attn.k_proj.bias", {64}));
+}
+
+TEST(Convert, DtypeOptionConvertsEveryTensor) {
+  TempDir dir;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf")).ok());
+  for (DataType dtype : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
+    const std::string out = dir.file(std::string(dtype_name(dtype)) + ".bin");
+    Status s = convert_checkpoint(dir.file("hf"), out, dtype);
+    ASSERT_TRUE(s.ok()) << s.message();
+    std::shared_ptr<ModelFile> mf = open_ok(out);
+    ASSERT_NE(mf, nullptr);
+    for (const TensorEntry& e : mf->tensors()) EXPECT_EQ(e.dtype, dtype) << e.name;
+    const std::string name = "model.layers.0.mlp.down_proj.weight";
+    const std::vector<float> want = recipe_floats(name, {128, 384});
+    std::vector<float> got = floats_of(*mf, name);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      // fp16 holds these bf16 values exactly unless they fall below its normal range.
+      const float expected = dtype == DataType::kFp16 ? fp16_to_float(float_to_fp16(want[i]))
+                                                      : want[i];
+      ASSERT_EQ(got[i], expected) << dtype_name(dtype) << " element " << i;
+    }
+  }
+  EXPECT_EQ(convert_error(dir.file("hf"), dir.file("int8.bin"), DataType::kInt8),
+            "cannot convert weights to int8 (fp32, fp16 or bf16)");
+  EXPECT_FALSE(fs::exists(dir.file("int8.bin")));
+}
+
+TEST(Convert, ShardedF32AndF16CheckpointsGiveTheSameModel) {
+  TempDir dir;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("bf16")).ok());
+  CheckpointOptions f32_sharded;
+  f32_sharded.dtype = DataType::kFp32;
+  f32_sharded.shards = 3;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("f32"), f32_sharded).ok());
+  ASSERT_TRUE(fs::exists(dir.file("f32/model.safetensors.index.json")));
+  ASSERT_TRUE(fs::exists(dir.file("f32/model-00003-of-00003.safetensors")));
+  CheckpointOptions f16_sharded;
+  f16_sharded.dtype = DataType::kFp16;
+  f16_sharded.shards = 2;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("f16"), f16_sharded).ok());
+
+  ASSERT_TRUE(convert_checkpoint(dir.file("bf16"), dir.file("a.bin"), std::nullopt).ok());
+  Status s = convert_checkpoint(dir.file("f32"), dir.file("b.bin"), DataType::kBf16);
+  ASSERT_TRUE(s.ok()) << s.message();
+  s = convert_checkpoint(dir.file("f16"), dir.file("c.bin"), std::nullopt);
+  ASSERT_TRUE(s.ok()) << s.message();
+  std::shared_ptr<ModelFile> a = open_ok(dir.file("a.bin")), b = open_ok(dir.file("b.bin")),
+                             c = open_ok(dir.file("c.bin"));
+  ASSERT_TRUE(a && b && c);
+  for (const TensorEntry& e : a->tensors()) {
+    EXPECT_TRUE(same_bytes(*a, *b, e.name)) << e.name;
+    EXPECT_EQ(c->find(e.name)->dtype, DataType::kFp16) << e.name;
+  }
+  const std::vector<float> want = recipe_floats("model.norm.weight", {128});
+  EXPECT_EQ(floats_of(*c, "model.norm.weight"), want);  // norm values are exact in fp16
+}
+
+TEST(Convert, BothRopeStylesGiveTheSameTheta) {
+  TempDir dir;
+  json older = small_qwen3_config();
+  older["rope_theta"] = 250000.0;
+  older["rope_scaling"] = nullptr;
+  json newer = small_qwen3_config();
+  newer.erase("rope_theta");
+  newer.erase("rope_scaling");
+  newer["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  ASSERT_TRUE(test::write_checkpoint(older, dir.file("older")).ok());
+  ASSERT_TRUE(test::write_checkpoint(newer, dir.file("newer")).ok());
+  ASSERT_TRUE(convert_checkpoint(dir.file("older"), dir.file("older.bin"), std::nullopt).ok());
+  ASSERT_TRUE(convert_checkpoint(dir.file("newer"), dir.file("newer.bin"), std::nullopt).ok());
+  std::shared_ptr<ModelFile> a = open_ok(dir.file("older.bin")), b = open_ok(dir.file("newer.bin"));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->config().rope_theta, 250000.0);
+  EXPECT_EQ(b->config().rope_theta, 250000.0);
+  EXPECT_EQ(b->metadata()["hf_config"]["rope_parameters"]["rope_theta"], 250000.0);
+}
+
+TEST(Convert, TiedCheckpointWithLmHeadLeavesItOut) {
+  TempDir dir;
+  json config = small_qwen3_config();
+  ModelConfig mc = ModelConfig::from_hf(config).value();
+  std::vector<TensorSpec> tensors = expected_tensors(mc);
+  tensors.push_back({"lm_head.weight", {512, 128}});
+  tensors.push_back({"model.rotary_emb.inv_freq", {32}});
+  ASSERT_TRUE(test::write_checkpoint(config, tensors, dir.file("hf")).ok());
+  ASSERT_TRUE(convert_checkpoint(dir.file("hf"), dir.file("model.bin"), std::nullopt).ok());
+  std::shared_ptr<ModelFile> mf = open_ok(dir.file("model.bin"));
+  ASSERT_NE(mf, nullptr);
+  EXPECT_EQ(mf->find("lm_head.weight"), nullptr);
+  EXPECT_EQ(mf->find("model.rotary_emb.inv_freq"), nullptr);
+  EXPECT_EQ(mf->tensors().size(), tensors.size() - 2);
+}
+
+TEST(Convert, UnknownArchitectureIsAClearError) {
+  TempDir dir;
+  json config = small_qwen3_config();
+  ASSERT_TRUE(test::write_checkpoint(config, dir.file("hf")).ok());
+  config["architectures"] = {"LlamaForCausalLM"};
+  std::ofstream(dir.file("hf/config.json"), std::ios::trunc) << config.dump();
+  EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
+            dir.file("hf") + ": config.json: unsupported architecture 'LlamaForCausalLM' "
+                             "(supported: Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  EXPECT_FALSE(fs::exists(dir.file("model.bin")));
+}
+
+TEST(Convert, MissingShardIsNamed) {
+  TempDir dir;
+  CheckpointOptions sharded;
+  sharded.shards = 3;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf"), sharded).ok());
+  fs::remove(dir.file("hf/model-00002-of-00003.safetensors"));
+  EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
+            dir.file("hf") + ": shard 'model-00002-of-00003.safetensors' named by "
+                             "model.safetensors.index.json is missing");
+  EXPECT_FALSE(fs::exists(dir.file("model.bin")));
+}
+
+TEST(Convert, MissingOrMisShapedTensorIsNamed) {
+  TempDir dir;
+  json config = small_qwen3_config();
+  std::vector<TensorSpec> tensors = expected_tensors(ModelConfig::from_hf(config).value());
+  std::vector<TensorSpec> without_norm(tensors.begin(), tensors.end() - 1);
+  ASSERT_EQ(tensors.back().name, "model.norm.weight");
+  ASSERT_TRUE(test::write_checkpoint(config, without_norm, dir.file("missing")).ok());
+  EXPECT_EQ(convert_error(dir.file("missing"), dir.file("model.bin")),
+            dir.file("missing") + ": tensor 'model.norm.weight' is missing from the checkpoint");
+
+  std::vector<TensorSpec> without_two(tensors.begin() + 1, tensors.end() - 1);
+  ASSERT_TRUE(test::write_checkpoint(config, without_two, dir.file("missing2")).ok());
+  EXPECT_EQ(convert_error(dir.file("missing2"), dir.file("model.bin")),
+            dir.file("missing2") +
+                ": tensor 'model.embed_tokens.weight' is missing from the checkpoint (and 1 more)");
+
+  std::vector<TensorSpec> misshaped = tensors;
+  misshaped[2].shape = {64, 128};
+  ASSERT_TRUE(test::write_checkpoint(config, misshaped, dir.file("shape")).ok());
+  EXPECT_EQ(convert_error(dir.file("shape"), dir.file("model.bin")),
+            dir.file("shape") + ": tensor '" + tensors[2].name + "' has shape [64,128] in " +
+                dir.file("shape/model.safetensors") + " but config.json implies " +
+                shape_string(tensors[2].shape));
+  EXPECT_FALSE(fs::exists(dir.file("model.bin")));
+}
+
+TEST(Convert, MissingOrIncompleteDirectoryIsAClearError) {
+  TempDir dir;
+  EXPECT_EQ(convert_error(dir.file("absent"), dir.file("model.bin")),
+            dir.file("absent") + ": no such directory");
+  std::ofstream(dir.file("file")) << "not a directory";
+  EXPECT_EQ(convert_error(dir.file("file"), dir.file("model.bin")),
+            dir.file("file") + ": not a directory");
+  fs::create_directory(dir.file("empty"));
+  EXPECT_EQ(convert_error(dir.file("empty"), dir.file("model.bin")),
+            dir.file("empty") + ": no config.json (not a Hugging Face checkpoint directory)");
+
+  CheckpointOptions no_tokenizer;
+  no_tokenizer.tokenizer = false;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf"), no_tokenizer).ok());
+  EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
+            dir.file("hf") + ": tokenizer.json is missing (the model file embeds the tokenizer)");
+  fs::remove(dir.file("hf/model.safetensors"));
+  fs::copy_file(test::tokenizer_dir() + "/tokenizer.json", dir.file("hf/tokenizer.json"));
+  fs::copy_file(test::tokenizer_dir() + "/tokenizer_config.json",
+                dir.file("hf/tokenizer_config.json"));
+  EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
+            dir.file("hf") + ": no model.safetensors or model.safetensors.index.json");
+  EXPECT_FALSE(fs::exists(dir.file("model.bin")));
+}
+
+TEST(Convert, ConvertedFixtureIsCachedAndValid) {
+  const std::string first = test::converted_fixture("qwen3-tiny", DataType::kFp32);
+  ASSERT_FALSE(first.empty());
+  const auto written = fs::last_write_time(first);
+  EXPECT_EQ(test::converted_fixture("qwen3-tiny", DataType::kFp32), first);
+  EXPECT_EQ(fs::last_write_time(first), written);
+  std::shared_ptr<ModelFile> mf = open_ok(first);
+  ASSERT_NE(mf, nullptr);
+  EXPECT_EQ(mf->find("model.norm.weight")->dtype, DataType::kFp32);
+  EXPECT_EQ(floats_of(*mf, "model.norm.weight"), recipe_floats("model.norm.weight", {128}));
+}
+
+// Runs kuiper-convert with `args`; returns the exit code and fills `err` with its stderr.
+int run_cli(const std::string& args, std::string& err, const std::string& scratch) {
+  const std::string err_file = scratch + "/stderr.txt";
+  const std::string command = test::bin_dir() + "/kuiper-convert " + args + " 2>" + err_file;
+  const int status = std::system(command.c_str());
+  err = read_text(err_file);
+  fs::remove(err_file);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ConvertCli, ConvertsAndSummarises) {
+  TempDir dir;
+  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf")).ok());
+  std::string err;
+  ASSERT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin") + " --dtype fp16",
+                    err, dir.path()),
+            0)
+      << err;
+  EXPECT_NE(err.find("wrote " + dir.file("model.bin") + ": qwen3"), std::string::npos) << err;
+  EXPECT_NE(err.find("100.0%"), std::string::npos) << err;
+  std::shared_ptr<ModelFile> mf = open_ok(dir.file("model.bin"));
+  ASSERT_NE(mf, nullptr);
+  for (const TensorEntry& e : mf->tensors()) EXPECT_EQ(e.dtype, DataType::kFp16) << e.name;
+}
+
+TEST(ConvertCli, ErrorsExitOneWithOneMessageAndNoOutput) {
+  TempDir dir;
+  json config = small_qwen3_config();
+  std::vector<TensorSpec> tensors = expected_tensors(ModelConfig::from_hf(config).value());
+  tensors.pop_back();
+  ASSERT_TRUE(test::write_checkpoint(config, tensors, dir.file("hf")).ok());
+  std::string err;
+  EXPECT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin"), err, dir.path()),
+            1);
+  EXPECT_NE(err.find("\nkuiper-convert: " + dir.file("hf") +
+                     ": tensor 'model.norm.weight' is missing from the checkpoint\n"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(dir.file("model.bin")));
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename(), "hf") << "left behind: " << entry.path();
+  }
+
+  EXPECT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin") + " --dtype fp8",
+                    err, dir.path()),
+            1);
+  EXPECT_EQ(err, "kuiper-convert: --dtype 'fp8' is not one of fp32, fp16, bf16\n");
+
+  EXPECT_EQ(run_cli("--hf " + dir.file("hf"), err, dir.path()), 1);
+  EXPECT_EQ(err.rfind("kuiper-convert: --hf and --out are required\nusage: ", 0), 0u) << err;
+  EXPECT_FALSE(fs::exists(dir.file("model.bin")));
+}
+
+}  // namespace
+}  // namespace kuiper

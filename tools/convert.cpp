@@ -1,0 +1,116 @@
+// kuiper-convert: a Hugging Face checkpoint directory -> one Kuiper model file.
+//
+//   kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16]
+//
+// Progress goes to stderr; any failure is one line "kuiper-convert: <message>", exit code 1,
+// and no output file (the writer only renames a complete file into place).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <gflags/gflags.h>
+
+#include "kuiper/model/hf_checkpoint.h"
+#include "kuiper/model/model_file.h"
+
+DEFINE_string(hf, "", "Hugging Face checkpoint directory (config.json, tokenizer, safetensors)");
+DEFINE_string(out, "", "model file to write");
+DEFINE_string(dtype, "", "convert every weight to fp32, fp16 or bf16 (default: keep as stored)");
+
+namespace {
+
+constexpr const char* kUsage = "kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16]";
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "kuiper-convert: %s\n", message.c_str());
+  return 1;
+}
+
+double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+// On a terminal one line is redrawn per tensor; in a log a line every 10% is enough.
+class ProgressPrinter {
+ public:
+  ProgressPrinter() : interactive_(::isatty(STDERR_FILENO) != 0) {}
+
+  void operator()(const kuiper::ConvertProgress& p) {
+    const double percent =
+        p.bytes_total > 0 ? 100.0 * static_cast<double>(p.bytes_done) / p.bytes_total : 100.0;
+    const int decile = static_cast<int>(percent / 10);
+    if (!interactive_ && decile == last_decile_ && p.tensors_done != p.tensors_total) return;
+    last_decile_ = decile;
+    std::fprintf(stderr, "%s[%zu/%zu tensors] %5.1f%%  %.1f / %.1f MiB%s",
+                 interactive_ ? "\r" : "", p.tensors_done, p.tensors_total, percent,
+                 mib(p.bytes_done), mib(p.bytes_total), interactive_ ? "" : "\n");
+    line_open_ = interactive_;
+  }
+
+  // Ends a redrawn line so the next message starts on its own.
+  void finish() {
+    if (line_open_) std::fputc('\n', stderr);
+    line_open_ = false;
+  }
+
+ private:
+  bool interactive_;
+  bool line_open_ = false;
+  int last_decile_ = -1;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(kUsage);
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (argc > 1) return fail(std::string("unexpected argument '") + argv[1] + "'\nusage: " + kUsage);
+  if (FLAGS_hf.empty() || FLAGS_out.empty()) {
+    return fail(std::string("--hf and --out are required\nusage: ") + kUsage);
+  }
+  std::optional<kuiper::DataType> dtype;
+  if (!FLAGS_dtype.empty()) {
+    if (FLAGS_dtype == "fp32") dtype = kuiper::DataType::kFp32;
+    else if (FLAGS_dtype == "fp16") dtype = kuiper::DataType::kFp16;
+    else if (FLAGS_dtype == "bf16") dtype = kuiper::DataType::kBf16;
+    else return fail("--dtype '" + FLAGS_dtype + "' is not one of fp32, fp16, bf16");
+  }
+
+  std::fprintf(stderr, "kuiper-convert: %s -> %s\n", FLAGS_hf.c_str(), FLAGS_out.c_str());
+  const auto start = std::chrono::steady_clock::now();
+  ProgressPrinter printer;
+  kuiper::Status status = kuiper::convert_checkpoint(
+      FLAGS_hf, FLAGS_out, dtype, [&printer](const kuiper::ConvertProgress& p) { printer(p); });
+  printer.finish();
+  if (!status.ok()) return fail(status.message());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // Reading the result back checks it the way every later load will.
+  kuiper::Result<std::shared_ptr<kuiper::ModelFile>> model = kuiper::ModelFile::open(FLAGS_out);
+  if (!model.ok()) {
+    std::remove(FLAGS_out.c_str());
+    return fail("the written file does not read back: " + model.status().message());
+  }
+  std::map<std::string, size_t> per_dtype;
+  uint64_t tensor_bytes = 0;
+  for (const kuiper::TensorEntry& e : (*model)->tensors()) {
+    ++per_dtype[kuiper::dtype_name(e.dtype)];
+    tensor_bytes += e.nbytes;
+  }
+  std::string dtypes;
+  for (const auto& [name, count] : per_dtype) {
+    dtypes += (dtypes.empty() ? "" : ", ") + std::to_string(count) + " " + name;
+  }
+  const kuiper::ModelConfig& c = (*model)->config();
+  std::fprintf(stderr,
+               "kuiper-convert: wrote %s: %s, %lld layers, hidden %lld, vocab %lld; %zu tensors "
+               "(%s), %.1f MiB of weights in %.1f s\n",
+               FLAGS_out.c_str(), kuiper::architecture_name(c.arch),
+               static_cast<long long>(c.num_layers), static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.vocab_size), (*model)->tensors().size(), dtypes.c_str(),
+               mib(tensor_bytes), seconds);
+  return 0;
+}
