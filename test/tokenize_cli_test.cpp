@@ -195,7 +195,8 @@ TEST_F(TokenizeCli, BenchReportsThroughputOnStderr) {
   std::string text;
   for (const json& c : golden_cases()) text += c.at("text").get<std::string>() + "\n";
   std::ofstream(path("bench.txt"), std::ios::binary) << text;
-  const CliResult r = run(tokenizer_flag() + " --bench " + path("bench.txt") + " --bench_runs 1", "");
+  const CliResult r =
+      run(tokenizer_flag() + " --bench " + path("bench.txt") + " --bench_runs 1", "");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_NE(r.err.find("MB/s"), std::string::npos) << r.err;

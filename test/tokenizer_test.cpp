@@ -75,9 +75,10 @@ TEST(QwenTokenizer, DecodesGoldenIdsToHuggingFaceText) {
 
 TEST(QwenTokenizer, AddedTokensComeFromTokenizerJsonWithTheirFlags) {
   ASSERT_QWEN_LOADED();
-  const json added = read_json(qwen_tokenizer_path()).at("added_tokens");
+  const json file = read_json(qwen_tokenizer_path());
+  const json& added = file.at("added_tokens");
   ASSERT_FALSE(added.empty());
-  int32_t max_id = static_cast<int32_t>(read_json(qwen_tokenizer_path())["model"]["vocab"].size()) - 1;
+  int32_t max_id = static_cast<int32_t>(file.at("model").at("vocab").size()) - 1;
   int64_t special_count = 0;
   for (const json& entry : added) {
     const std::string content = entry.at("content");
@@ -301,7 +302,9 @@ json tiny_tokenizer(const std::vector<std::string>& extra_vocab, json merges, js
   return tokenizer;
 }
 
-json merge_pair(const std::string& left, const std::string& right) { return json::array({left, right}); }
+json merge_pair(const std::string& left, const std::string& right) {
+  return json::array({left, right});
+}
 
 json added_token(int id, const std::string& content, const std::string& flag) {
   json token = {{"id", id},         {"content", content}, {"single_word", false},
@@ -332,7 +335,9 @@ TEST(TinyTokenizer, EqualRankMergesGoLeftmostFirst) {
 TEST(TinyTokenizer, LowerRankMergesFirst) {
   // "abc": (b, c) outranks (a, b), so the result is a + bc, although a + b comes first.
   auto tokenizer = Tokenizer::from_json(
-      tiny_tokenizer({"bc", "ab"}, json::array({merge_pair("b", "c"), merge_pair("a", "b")}), json::array()).dump());
+      tiny_tokenizer({"bc", "ab"}, json::array({merge_pair("b", "c"), merge_pair("a", "b")}),
+                     json::array())
+          .dump());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
   EXPECT_EQ(encode_ok(tokenizer.value(), "abc"), (std::vector<int32_t>{'a', 256}));
   EXPECT_EQ(encode_ok(tokenizer.value(), "abd"), (std::vector<int32_t>{257, 'd'}));

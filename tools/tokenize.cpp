@@ -19,7 +19,7 @@
 
 DEFINE_string(tokenizer, "", "tokenizer.json to use");
 DEFINE_string(model, "", "Kuiper model file (.bin) whose embedded tokenizer to use");
-DEFINE_bool(decode, false, "read JSON arrays of ids and write JSON strings, instead of the reverse");
+DEFINE_bool(decode, false, "read JSON arrays of ids, write JSON strings (instead of the reverse)");
 DEFINE_string(bench, "", "time encoding this file's text (raw, not JSON) and report on stderr");
 DEFINE_int32(bench_runs, 3, "encodings to time with --bench; the fastest is reported");
 

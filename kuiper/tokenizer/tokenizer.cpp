@@ -86,8 +86,9 @@ const std::string& empty_string() {
 Result<Tokenizer> Tokenizer::from_json(const std::string& tokenizer_json_text) {
   KUIPER_ASSIGN_OR_RETURN(TokenizerSpec spec, parse_tokenizer_json(tokenizer_json_text));
   KUIPER_ASSIGN_OR_RETURN(BpeModel bpe, BpeModel::build(spec.vocab, spec.merges));
-  KUIPER_ASSIGN_OR_RETURN(RegexSplitter splitter,
-                          RegexSplitter::compile(spec.split_pattern, spec.split_pattern_is_literal));
+  KUIPER_ASSIGN_OR_RETURN(
+      RegexSplitter splitter,
+      RegexSplitter::compile(spec.split_pattern, spec.split_pattern_is_literal));
 
   int32_t max_id = -1;
   for (const auto& [token, id] : spec.vocab) max_id = std::max(max_id, id);
