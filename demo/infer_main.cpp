@@ -1,0 +1,165 @@
+#include "demo/infer_main.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <gflags/gflags.h>
+
+#include "demo/batch_mode.h"
+#include "demo/infer_options.h"
+#include "demo/repl.h"
+#include "demo/result_record.h"
+#include "kuiper/runtime/chat_session.h"
+
+namespace kuiper::demo {
+
+namespace {
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string parent_dir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The tokenizer.json and tokenizer_config.json texts: from --tokenizer (a file, or a directory
+// holding it; a tokenizer_config.json beside it brings its chat template) or the model file.
+struct TokenizerTexts {
+  std::string tokenizer_json;
+  std::string tokenizer_config_json;
+};
+
+Result<TokenizerTexts> tokenizer_texts(const InferOptions& options, const ModelFile& file) {
+  TokenizerTexts texts;
+  if (options.tokenizer_path.empty()) {
+    texts.tokenizer_json = file.tokenizer_json();
+    if (texts.tokenizer_json.empty()) {
+      return Status::Error(file.path() + " holds no tokenizer: give --tokenizer");
+    }
+  } else {
+    const bool dir = is_directory(options.tokenizer_path);
+    const std::string json_path =
+        dir ? options.tokenizer_path + "/tokenizer.json" : options.tokenizer_path;
+    Result<std::string> json_text = read_text_file(json_path);
+    if (!json_text.ok()) return json_text.status().With("--tokenizer");
+    texts.tokenizer_json = std::move(json_text).value();
+    const std::string config_path = parent_dir(json_path) + "/tokenizer_config.json";
+    if (is_file(config_path)) {
+      KUIPER_ASSIGN_OR_RETURN(texts.tokenizer_config_json, read_text_file(config_path));
+    }
+  }
+  if (texts.tokenizer_config_json.empty()) texts.tokenizer_config_json = file.tokenizer_config_json();
+  if (texts.tokenizer_config_json.empty()) {
+    return Status::Error(file.path() + " holds no chat template (tokenizer_config.json): give "
+                         "--tokenizer with a tokenizer_config.json beside it");
+  }
+  return texts;
+}
+
+// One prompt: the reply on stdout (streamed with --stream), a JSONL record with --output.
+Status run_single(Generator& generator, ChatTemplate chat_template, const ChatOptions& chat,
+                  const InferOptions& options, const char* program) {
+  ChatSession session(generator, std::move(chat_template), chat);
+  session.set_system(options.system);
+  TextCallback stream;
+  if (options.stream) {
+    stream = [](const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  KUIPER_ASSIGN_OR_RETURN(Generation generation,
+                          session.send(options.prompt, options.generation, stream));
+  if (!options.stream) std::fwrite(generation.text.data(), 1, generation.text.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (generation.finish == FinishReason::kContextFull) {
+    std::fprintf(stderr, "%s: stopped at the end of the context (%lld tokens; --max-context)\n",
+                 program, static_cast<long long>(generator.max_context()));
+  }
+  if (options.stats) std::fprintf(stderr, "%s\n", generation.stats.summary().c_str());
+  if (!options.output_path.empty()) {
+    std::ofstream out(options.output_path, std::ios::binary | std::ios::trunc);
+    out << jsonl_line(result_record(1, {{"prompt", options.prompt}}, generation,
+                                    options.generation.sampling.seed));
+    if (!out) return Status::Error("cannot write " + options.output_path);
+  }
+  return Status::Ok();
+}
+
+Status run(int argc, char** argv, Architecture family, const char* program, int* exit_code) {
+  KUIPER_ASSIGN_OR_RETURN(InferOptions options, parse_infer_options(argc, argv, family));
+  // The family is checked before the weights are loaded: refusing is instant.
+  KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelFile> file, ModelFile::open(options.model_path));
+  const Architecture arch = file->config().arch;
+  if (arch != family) {
+    return Status::Error(options.model_path + " is a " + architecture_name(arch) +
+                         " model; " + program + " runs " + architecture_name(family) +
+                         " models");
+  }
+  KUIPER_ASSIGN_OR_RETURN(TokenizerTexts texts, tokenizer_texts(options, *file));
+  KUIPER_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_json(texts.tokenizer_json));
+  KUIPER_ASSIGN_OR_RETURN(ChatTemplate chat_template,
+                          ChatTemplate::from_tokenizer_config(texts.tokenizer_config_json));
+  ChatOptions chat;
+  if (options.no_think) chat.extra["enable_thinking"] = false;
+  KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                          Model::load(options.model_path, options.model));
+  Generator generator(*model, tokenizer);
+
+  if (options.interactive) {
+    ChatSession session(generator, chat_template, chat);
+    session.set_system(options.system);
+    *exit_code = run_repl(session, options, program);
+  } else if (!options.prompts_file.empty()) {
+    *exit_code = run_batch(generator, chat_template, chat, options, program);
+  } else {
+    KUIPER_RETURN_IF_ERROR(run_single(generator, chat_template, chat, options, program));
+    *exit_code = 0;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int infer_main(int argc, char** argv, Architecture family) {
+  const char* slash = std::strrchr(argv[0], '/');
+  const std::string program = slash != nullptr ? slash + 1 : argv[0];
+  gflags::SetUsageMessage(
+      "chat with a " + std::string(architecture_name(family)) + " model:\n  " + program +
+      " --model M.bin --prompt \"...\"        answer one prompt\n  " + program +
+      " --model M.bin -i                    chat (line editing, /help)\n  " + program +
+      " --model M.bin --prompts-file P.jsonl --output R.jsonl   batch\n"
+      "Flags may be written with dashes or underscores (--top-p, --top_p).");
+  int exit_code = 1;
+  const Status status = run(argc, argv, family, program.c_str(), &exit_code);
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), status.message().c_str());
+    return 1;
+  }
+  return exit_code;
+}
+
+}  // namespace kuiper::demo

@@ -1,0 +1,37 @@
+// Reads lines from the terminal with libedit: emacs-style editing, in-session history, and
+// Ctrl-C clearing the line instead of ending the program. Works on a pipe too (no editing).
+#pragma once
+
+#include <atomic>
+#include <string>
+
+struct editline;
+struct history;
+
+namespace kuiper::demo {
+
+class LineEditor {
+ public:
+  // `interrupted` is raised by the program's SIGINT handler; read() lowers it when it has
+  // handled a Ctrl-C at the prompt.
+  LineEditor(const char* program, std::atomic<bool>* interrupted);
+  ~LineEditor();
+  LineEditor(const LineEditor&) = delete;
+  LineEditor& operator=(const LineEditor&) = delete;
+
+  enum class Event { kLine, kInterrupted, kEnd };
+  // Shows `prompt` and reads one line (without its newline) into *line. kInterrupted: Ctrl-C
+  // cleared the line; kEnd: Ctrl-D on an empty line or the end of input.
+  Event read(const std::string& prompt, std::string* line);
+  void add_history(const std::string& entry);
+
+ private:
+  static char* prompt_callback(editline* el);
+
+  editline* el_ = nullptr;
+  history* history_ = nullptr;
+  std::atomic<bool>* interrupted_;
+  std::string prompt_;
+};
+
+}  // namespace kuiper::demo

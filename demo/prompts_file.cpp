@@ -1,0 +1,175 @@
+#include "demo/prompts_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace kuiper::demo {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r") == std::string::npos; }
+
+nlohmann::ordered_json user_messages(const std::string& system, const std::string& prompt) {
+  Json messages = Json::array();
+  if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+  messages.push_back({{"role", "user"}, {"content", prompt}});
+  return messages;
+}
+
+Status check_messages(const Json& messages) {
+  if (!messages.is_array() || messages.empty()) {
+    return Status::Error("\"messages\" must be a non-empty list");
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+        !m.contains("content") || !m["content"].is_string()) {
+      return Status::Error("messages[" + std::to_string(i) +
+                           "] must be an object with string \"role\" and \"content\"");
+    }
+  }
+  return Status::Ok();
+}
+
+// Reads the optional sampling fields of a JSONL line over the command line's values.
+Status read_overrides(const Json& j, GenerationOptions* g) {
+  auto number = [&](const char* key, float* out) -> Status {
+    if (!j.contains(key)) return Status::Ok();
+    if (!j[key].is_number()) return Status::Error(std::string("\"") + key + "\" must be a number");
+    *out = j[key].get<float>();
+    return Status::Ok();
+  };
+  auto integer = [&](const char* key, auto* out) -> Status {
+    if (!j.contains(key)) return Status::Ok();
+    if (!j[key].is_number_integer()) {
+      return Status::Error(std::string("\"") + key + "\" must be an integer");
+    }
+    *out = j[key].get<std::remove_pointer_t<decltype(out)>>();
+    return Status::Ok();
+  };
+  SamplingParams& s = g->sampling;
+  KUIPER_RETURN_IF_ERROR(number("temperature", &s.temperature));
+  KUIPER_RETURN_IF_ERROR(integer("top_k", &s.top_k));
+  KUIPER_RETURN_IF_ERROR(number("top_p", &s.top_p));
+  KUIPER_RETURN_IF_ERROR(number("min_p", &s.min_p));
+  KUIPER_RETURN_IF_ERROR(number("repeat_penalty", &s.repeat_penalty));
+  KUIPER_RETURN_IF_ERROR(integer("repeat_last_n", &s.repeat_last_n));
+  KUIPER_RETURN_IF_ERROR(integer("max_tokens", &g->max_tokens));
+  if (j.contains("seed")) {
+    if (!j["seed"].is_number_unsigned()) return Status::Error("\"seed\" must be an integer >= 0");
+    s.seed = j["seed"].get<uint64_t>();
+  }
+  if (j.contains("stop")) {
+    const Json& stop = j["stop"];
+    g->stop.clear();
+    if (stop.is_string()) {
+      g->stop.push_back(stop.get<std::string>());
+    } else if (stop.is_array()) {
+      for (const Json& s : stop) {
+        if (!s.is_string()) return Status::Error("\"stop\" must be a string or a list of strings");
+        g->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return Status::Error("\"stop\" must be a string or a list of strings");
+    }
+  }
+  KUIPER_RETURN_IF_ERROR(validate_sampling(s));
+  if (g->max_tokens == 0 || g->max_tokens < -1) {
+    return Status::Error("\"max_tokens\" must be > 0 or -1 (no limit)");
+  }
+  return Status::Ok();
+}
+
+Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
+                                      const GenerationOptions& defaults,
+                                      const std::string& system) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    const std::string what = e.what();
+    const size_t cut = what.find("] ");
+    return Status::Error("not valid JSON: " + (cut == std::string::npos ? what : what.substr(cut + 2)));
+  }
+  if (!j.is_object()) return Status::Error("expected a JSON object");
+  static const char* const kFields[] = {"id", "prompt", "messages", "system", "temperature",
+                                        "top_k", "top_p", "min_p", "repeat_penalty",
+                                        "repeat_last_n", "seed", "max_tokens", "stop"};
+  for (const auto& [key, value] : j.items()) {
+    bool known = false;
+    for (const char* f : kFields) known = known || key == f;
+    if (!known) {
+      return Status::Error("unknown field \"" + key + "\" (accepted: id, prompt, messages, system, "
+                           "temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, "
+                           "seed, max_tokens, stop)");
+    }
+  }
+  BatchRequest request;
+  request.id = j.contains("id") ? j["id"] : Json(line);
+  const bool has_prompt = j.contains("prompt");
+  if (has_prompt == j.contains("messages")) {
+    return Status::Error("give exactly one of \"prompt\" and \"messages\"");
+  }
+  if (has_prompt) {
+    if (!j["prompt"].is_string() || j["prompt"].get_ref<const std::string&>().empty()) {
+      return Status::Error("\"prompt\" must be a non-empty string");
+    }
+    std::string line_system = system;
+    if (j.contains("system")) {
+      if (!j["system"].is_string()) return Status::Error("\"system\" must be a string");
+      line_system = j["system"].get<std::string>();
+    }
+    request.echo = {{"prompt", j["prompt"]}};
+    request.messages = user_messages(line_system, j["prompt"].get<std::string>());
+  } else {
+    if (j.contains("system")) {
+      return Status::Error("\"system\" goes with \"prompt\"; put it in \"messages\" instead");
+    }
+    KUIPER_RETURN_IF_ERROR(check_messages(j["messages"]));
+    request.echo = {{"messages", j["messages"]}};
+    request.messages = j["messages"];
+  }
+  request.generation = defaults;
+  KUIPER_RETURN_IF_ERROR(read_overrides(j, &request.generation));
+  return request;
+}
+
+}  // namespace
+
+Result<std::vector<PromptLine>> read_prompts_file(const std::string& path,
+                                                  const GenerationOptions& defaults,
+                                                  const std::string& system) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+  const bool jsonl = ends_with(path, ".jsonl");
+  std::vector<PromptLine> lines;
+  std::string text;
+  int64_t number = 0;
+  while (std::getline(in, text)) {
+    ++number;
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (is_blank(text)) continue;
+    if (jsonl) {
+      lines.push_back({number, parse_jsonl_line(text, number, defaults, system)});
+    } else {
+      BatchRequest request;
+      request.id = number;
+      request.echo = {{"prompt", text}};
+      request.messages = user_messages(system, text);
+      request.generation = defaults;
+      lines.push_back({number, std::move(request)});
+    }
+  }
+  if (in.bad()) return Status::Error("cannot read " + path + ": " + std::strerror(errno));
+  if (lines.empty()) return Status::Error(path + " holds no prompts");
+  return lines;
+}
+
+}  // namespace kuiper::demo

@@ -1,0 +1,6 @@
+// qwen3_infer: chat with, or batch-run, a Qwen3 model file.
+#include "demo/infer_main.h"
+
+int main(int argc, char** argv) {
+  return kuiper::demo::infer_main(argc, argv, kuiper::Architecture::kQwen3);
+}

@@ -1,0 +1,83 @@
+// The generation loop: prefill the prompt, then sample and decode one token at a time until an
+// end token, a stop string, the token limit, the end of the context or an interrupt.
+//
+// The model's KV cache outlives a request: the generator remembers which tokens it holds, and a
+// new prompt that starts with the same tokens (the next turn of a chat, a batch sharing a system
+// prompt) prefills only what follows the common prefix.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "kuiper/model/model.h"
+#include "kuiper/runtime/sampler.h"
+#include "kuiper/runtime/stats.h"
+#include "kuiper/tokenizer/tokenizer.h"
+
+namespace kuiper {
+
+struct GenerationOptions {
+  SamplingParams sampling;
+  int64_t max_tokens = -1;  // -1: until an end token or the end of the context
+  std::vector<std::string> stop;
+  // Keep going past the model's end tokens (benchmarks, comparisons with fixed-length goldens).
+  bool ignore_eos = false;
+};
+
+enum class FinishReason {
+  kEndToken,     // the model produced one of its end tokens
+  kStopString,   // a user stop string appeared in the text
+  kMaxTokens,    // max_tokens were generated
+  kContextFull,  // the KV cache has no room for another token
+  kInterrupted,  // the interrupt flag was raised
+};
+// "eos", "stop", "length", "context", "interrupted".
+const char* finish_reason_name(FinishReason reason);
+
+struct Generation {
+  std::vector<int32_t> ids;  // generated tokens, an end token excluded
+  std::string text;          // their text, cut before a stop string
+  FinishReason finish = FinishReason::kEndToken;
+  GenerationStats stats;
+};
+
+// Receives the text of the generation as it becomes final (valid UTF-8, stop strings held
+// back until they are ruled out).
+using TextCallback = std::function<void(const std::string& text)>;
+
+class Generator {
+ public:
+  // `model` must outlive the generator. End tokens: the config's eos ids, <|im_end|> and
+  // <|endoftext|>.
+  Generator(Model& model, Tokenizer tokenizer);
+
+  // Generates a continuation of `prompt`. Fails, leaving the cache usable, on an empty prompt,
+  // a prompt longer than the context (the message gives both lengths), invalid options or a
+  // model error. `interrupt` is read before every token.
+  Result<Generation> generate(const std::vector<int32_t>& prompt, const GenerationOptions& options,
+                              const TextCallback& on_text = nullptr,
+                              const std::atomic<bool>* interrupt = nullptr);
+
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const Model& model() const { return model_; }
+  int64_t max_context() const { return model_.max_context(); }
+  bool is_end_token(int32_t id) const { return end_tokens_.count(id) != 0; }
+  // The tokens whose keys and values are in the cache, position 0 first.
+  const std::vector<int32_t>& cached_tokens() const { return cached_; }
+
+ private:
+  // Runs `ids` at the end of the cache and returns the last position's logits on the host.
+  Result<const float*> forward(const std::vector<int32_t>& ids);
+
+  Model& model_;
+  Tokenizer tokenizer_;
+  std::unordered_set<int32_t> end_tokens_;
+  std::vector<int32_t> cached_;
+  Tensor host_logits_;  // the logits copied off the device when the model is not on the CPU
+};
+
+}  // namespace kuiper

@@ -1,0 +1,66 @@
+// Next-token sampling from a row of logits: repetition penalty, then greedy arg-max or, with a
+// temperature, the Hugging Face warper chain (temperature -> top-k -> top-p -> min-p) and a
+// draw from a seeded generator, so the same seed gives the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kuiper/base/status.h"
+
+namespace kuiper {
+
+struct SamplingParams {
+  // 0 means greedy (arg-max); defaults follow llama.cpp.
+  float temperature = 0.8f;
+  int32_t top_k = 40;           // keep the k most likely tokens; 0 keeps all
+  float top_p = 0.95f;          // keep the smallest set whose probability reaches p; 1 keeps all
+  float min_p = 0.05f;          // drop tokens less likely than min_p * the most likely; 0 keeps all
+  float repeat_penalty = 1.0f;  // 1 is off
+  int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at; -1: all of them
+  uint64_t seed = 0;
+};
+
+// Checks every field is in its range; the message names the field and the range.
+Status validate_sampling(const SamplingParams& params);
+
+// Hugging Face's RepetitionPenaltyLogitsProcessor (and llama.cpp's): every distinct token of
+// `recent` has its logit divided by `penalty` when positive and multiplied when negative, so
+// the penalty always makes a repeat less likely.
+void apply_repetition_penalty(float penalty, const std::vector<int32_t>& recent,
+                              std::vector<float>* logits);
+
+struct TokenProbability {
+  int32_t id = 0;
+  float probability = 0.0f;
+};
+
+class Sampler {
+ public:
+  static Result<Sampler> create(const SamplingParams& params);
+
+  const SamplingParams& params() const { return params_; }
+  bool greedy() const { return params_.temperature == 0.0f; }
+
+  // The next token given the logits of the last position and the tokens so far (prompt and
+  // generated, oldest first; the repetition penalty reads its tail).
+  int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
+
+  // The tokens a non-greedy draw chooses among after the penalty and the warpers, most likely
+  // first, with their renormalised probabilities.
+  std::vector<TokenProbability> candidates(const float* logits, int64_t vocab,
+                                           const std::vector<int32_t>& history);
+
+ private:
+  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  // The logits after the repetition penalty; points into `logits` when there is no penalty.
+  const float* penalised(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
+  double uniform();  // [0, 1), the same sequence on every platform for one seed
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace kuiper
