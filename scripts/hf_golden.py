@@ -45,7 +45,11 @@ def main():
             ids = prompt_ids(config.vocab_size, n, seed)
             with torch.no_grad():
                 logits = model(ids[None].to(device)).logits[0].float()
-                gen = model.generate(ids[None].to(device), max_new_tokens=GREEDY_STEPS,
+                # An explicit all-ones mask: without one, generate infers padding from
+                # pad_token_id and silently drops prompt tokens equal to it.
+                gen = model.generate(ids[None].to(device),
+                                     attention_mask=torch.ones_like(ids[None]).to(device),
+                                     max_new_tokens=GREEDY_STEPS,
                                      do_sample=False, output_scores=True,
                                      return_dict_in_generate=True, pad_token_id=0,
                                      eos_token_id=None)

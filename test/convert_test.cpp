@@ -145,7 +145,7 @@ TEST(Safetensors, RejectsOtherDtypesAndDataPastTheEnd) {
   Result<SafetensorsFile> f = SafetensorsFile::open(path);
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().message(),
-            path + ": tensor 't' has dtype I64, which is not supported (BF16, F16 or F32)");
+            path + ": tensor 't' has dtype I64, which is not supported (BF16, F16, F32 or I32)");
 
   write_safetensors_by_hand(path, {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}},
                             8);

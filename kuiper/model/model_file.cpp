@@ -78,6 +78,11 @@ Status check_tensor_table(const ModelConfig& config, const std::vector<TensorEnt
     if (it == by_name.end()) {
       return Status::Error("tensor " + quote_name(spec.name) + " is missing (the config needs it)");
     }
+    const DataType dtype = it->second->dtype;
+    if (dtype != DataType::kFp32 && dtype != DataType::kFp16 && dtype != DataType::kBf16) {
+      return Status::Error("tensor " + quote_name(spec.name) + " has dtype " + dtype_name(dtype) +
+                           "; weights are fp32, fp16 or bf16");
+    }
     if (it->second->shape != spec.shape) {
       return Status::Error("tensor " + quote_name(spec.name) + " has shape " +
                            shape_string(it->second->shape) + " but the config implies " +

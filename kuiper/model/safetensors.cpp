@@ -12,13 +12,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The safetensors dtypes this engine computes with; the format has more (I64, BOOL, F8_E4M3...).
+// The safetensors dtypes this engine reads (I32 for token ids in reference outputs); the format
+// has more (I64, BOOL, F8_E4M3...).
 Result<DataType> parse_safetensors_dtype(const std::string& name, const std::string& tensor) {
   if (name == "BF16") return DataType::kBf16;
   if (name == "F16") return DataType::kFp16;
   if (name == "F32") return DataType::kFp32;
+  if (name == "I32") return DataType::kInt32;
   return Status::Error("tensor '" + tensor + "' has dtype " + name +
-                       ", which is not supported (BF16, F16 or F32)");
+                       ", which is not supported (BF16, F16, F32 or I32)");
 }
 
 uint64_t load_le64(const uint8_t* p) {
