@@ -32,11 +32,7 @@ DEFINE_bool(stream, false, "print the reply as it is generated");
 DEFINE_bool(no_think, false, "Qwen3: answer without a thinking block (enable_thinking=false)");
 DEFINE_bool(ignore_eos, false, "keep generating past the model's end tokens");
 DEFINE_string(attention, "flash2", "attention algorithm: mha, flash1 or flash2");
-#ifdef KUIPER_WITH_CUDA
-DEFINE_string(device, "cuda", "cpu or cuda");
-#else
-DEFINE_string(device, "cpu", "cpu or cuda");
-#endif
+DEFINE_string(device, "", "cpu or cuda (default: cuda when a GPU is usable, else cpu)");
 DEFINE_string(dtype, "", "activation dtype: fp32 or fp16 (default: fp32 on cpu, fp16 on cuda)");
 DEFINE_bool(cuda_graph, false, "decode through a captured CUDA graph (--device cuda)");
 DEFINE_bool(stats, false, "print prompt, prefill and decode statistics after each reply");
@@ -170,7 +166,9 @@ Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture fam
     return Status::Error("nothing to do: give --prompt, --prompts-file or -i (see --help)");
   }
 
-  Result<DeviceType> device = parse_device(FLAGS_device);
+  Result<DeviceType> device =
+      FLAGS_device.empty() ? (cuda_available() ? DeviceType::kCuda : DeviceType::kCpu)
+                           : parse_device(FLAGS_device);
   if (!device.ok()) return device.status().With("--device");
   o.model.device = *device;
   Result<AttentionKind> attention = parse_attention(FLAGS_attention);
