@@ -1,0 +1,75 @@
+// kuiper-logits, the tool the golden checks can be run with by hand: its output file against the
+// Hugging Face reference, the decode path against prefill, and its refusals.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "support/cli.h"
+#include "support/fixture_checkpoint.h"
+#include "support/golden.h"
+
+namespace kuiper::test {
+namespace {
+
+const char* kEnv = "OMP_WAIT_POLICY=passive";  // the machine may be shared: do not spin
+
+std::string ids_flag(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  const std::string bytes = read_text(path);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+TEST(LogitsCli, PrefillAndDecodeWriteTheGoldenLogits) {
+  Golden golden = Golden::load("qwen3-tiny");
+  const std::vector<int32_t>& ids = golden.at("chat.ids").i32;
+  const std::vector<float>& want = golden.at("chat.logits_last").f32;
+  const std::string model = converted_fixture("qwen3-tiny", DataType::kFp32);
+  TempDir dir;
+  for (const char* mode : {"--nodecode", "--decode"}) {
+    const std::string out = dir.file(std::string(mode) + ".f32");
+    CliResult r = run_program("kuiper-logits",
+                              {"--model", model, "--tokens", ids_flag(ids), "--out", out, mode},
+                              "", kEnv);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<float> got = read_floats(out);
+    ASSERT_EQ(got.size(), want.size()) << mode;
+    EXPECT_LE(relative_max_error(got.data(), want.data(), want.size()), 1e-4) << mode;
+    const int32_t best = top_k(want.data(), want.size(), 1)[0];
+    EXPECT_NE(r.out.find("argmax " + std::to_string(best)), std::string::npos) << r.out;
+  }
+}
+
+TEST(LogitsCli, BadInputIsOneClearError) {
+  const std::string model = converted_fixture("qwen3-tiny", DataType::kFp32);
+  struct Bad {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {{"--model", model, "--tokens", "1,2", "--out", "/dev/null", "--attention", "flash3"},
+       "--attention: unknown attention 'flash3' (expected mha, flash1 or flash2)"},
+      {{"--model", model, "--tokens", "1,x", "--out", "/dev/null"}, "'x' is not a token id"},
+      {{"--model", model, "--tokens", "1", "--out", "/dev/null", "--device", "tpu"},
+       "--device: unknown device 'tpu'"},
+      {{"--model", "/nonexistent/model.bin", "--tokens", "1", "--out", "/dev/null"},
+       "/nonexistent/model.bin"},
+      {{"--model", model, "--tokens", "999999", "--out", "/dev/null"},
+       "outside the vocabulary"},
+  };
+  for (const Bad& c : cases) {
+    CliResult r = run_program("kuiper-logits", c.args, "", kEnv);
+    EXPECT_EQ(r.exit_code, 1) << c.message;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace kuiper::test
