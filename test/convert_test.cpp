@@ -2,9 +2,6 @@
 // converter (library and kuiper-convert CLI) and the errors each must name.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +9,7 @@
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/model_file.h"
 #include "kuiper/model/safetensors.h"
+#include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/paths.h"
 
@@ -23,12 +21,7 @@ using test::CheckpointOptions;
 using test::TempDir;
 namespace fs = std::filesystem;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_text;
 
 json fixture_config(const std::string& name) {
   return json::parse(read_text(test::fixtures_dir() + "/" + name + "/config.json"));
@@ -413,14 +406,14 @@ TEST(Convert, ConvertedFixtureIsCachedAndValid) {
   EXPECT_EQ(floats_of(*mf, "model.norm.weight"), recipe_floats("model.norm.weight", {128}));
 }
 
-// Runs kuiper-convert with `args`; returns the exit code and fills `err` with its stderr.
-int run_cli(const std::string& args, std::string& err, const std::string& scratch) {
-  const std::string err_file = scratch + "/stderr.txt";
-  const std::string command = test::bin_dir() + "/kuiper-convert " + args + " 2>" + err_file;
-  const int status = std::system(command.c_str());
-  err = read_text(err_file);
-  fs::remove(err_file);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+// Runs kuiper-convert with `args` (space-separated); returns the exit code, fills `err`.
+int run_cli(const std::string& args, std::string& err) {
+  std::vector<std::string> argv;
+  std::istringstream words(args);
+  for (std::string w; words >> w;) argv.push_back(w);
+  test::CliResult r = test::run_program("kuiper-convert", argv);
+  err = r.err;
+  return r.exit_code;
 }
 
 TEST(ConvertCli, ConvertsAndSummarises) {
@@ -428,7 +421,7 @@ TEST(ConvertCli, ConvertsAndSummarises) {
   ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf")).ok());
   std::string err;
   ASSERT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin") + " --dtype fp16",
-                    err, dir.path()),
+                    err),
             0)
       << err;
   EXPECT_NE(err.find("wrote " + dir.file("model.bin") + ": qwen3"), std::string::npos) << err;
@@ -445,7 +438,7 @@ TEST(ConvertCli, ErrorsExitOneWithOneMessageAndNoOutput) {
   tensors.pop_back();
   ASSERT_TRUE(test::write_checkpoint(config, tensors, dir.file("hf")).ok());
   std::string err;
-  EXPECT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin"), err, dir.path()),
+  EXPECT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin"), err),
             1);
   EXPECT_NE(err.find("\nkuiper-convert: " + dir.file("hf") +
                      ": tensor 'model.norm.weight' is missing from the checkpoint\n"),
@@ -457,11 +450,11 @@ TEST(ConvertCli, ErrorsExitOneWithOneMessageAndNoOutput) {
   }
 
   EXPECT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin") + " --dtype fp8",
-                    err, dir.path()),
+                    err),
             1);
   EXPECT_EQ(err, "kuiper-convert: --dtype 'fp8' is not one of fp32, fp16, bf16\n");
 
-  EXPECT_EQ(run_cli("--hf " + dir.file("hf"), err, dir.path()), 1);
+  EXPECT_EQ(run_cli("--hf " + dir.file("hf"), err), 1);
   EXPECT_EQ(err.rfind("kuiper-convert: --hf and --out are required\nusage: ", 0), 0u) << err;
   EXPECT_FALSE(fs::exists(dir.file("model.bin")));
 }

@@ -1,16 +1,13 @@
 // kuiper-tokenize end to end: the built binary, driven through a shell, must reproduce the
 // Hugging Face goldens in both directions and keep going past bad lines.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/paths.h"
 
@@ -18,13 +15,8 @@ namespace kuiper {
 namespace {
 
 using nlohmann::json;
-
-std::string read_text(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
+using test::CliResult;
+using test::read_text;
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -39,38 +31,19 @@ const json& golden_cases() {
   return cases;
 }
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
 class TokenizeCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kuiper_tokenize_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return dir_.file(name); }
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  // Runs kuiper-tokenize with `flags`, feeding it `input` on stdin.
+  // Runs kuiper-tokenize with `flags` (space-separated, no quoting), feeding it `input`.
   CliResult run(const std::string& flags, const std::string& input) const {
-    std::ofstream(path("in"), std::ios::binary) << input;
-    const std::string command = test::bin_dir() + "/kuiper-tokenize " + flags + " < " +
-                                path("in") + " > " + path("out") + " 2> " + path("err");
-    const int status = std::system(command.c_str());
-    CliResult result;
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    result.out = read_text(path("out"));
-    result.err = read_text(path("err"));
-    return result;
+    std::vector<std::string> args;
+    std::istringstream words(flags);
+    for (std::string w; words >> w;) args.push_back(w);
+    return test::run_program("kuiper-tokenize", args, input);
   }
 
-  std::filesystem::path dir_;
+  test::TempDir dir_;
 };
 
 std::string tokenizer_flag() {
