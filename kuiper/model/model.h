@@ -19,6 +19,9 @@ struct ModelOptions {
   DataType activation = DataType::kFp32;
   // KV cache length in tokens; 0 means the model's max_position_embeddings.
   int64_t max_context = 4096;
+  // Decode steps (one token) run as a CUDA graph captured at the first step and replayed at
+  // every later one; the step's token and position are read from device memory. CUDA only.
+  bool cuda_graph = false;
 };
 
 class Model {
