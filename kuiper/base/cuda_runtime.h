@@ -13,8 +13,18 @@
 
 namespace kuiper::cuda {
 
-// The engine's stream, created on first use.
+// The engine's stream, created on first use. It is a blocking stream, so the synchronous copies
+// of copy_bytes (legacy default stream) stay ordered with the kernels queued on it.
 cudaStream_t stream();
+
+// Bytes of the caching allocator (kuiper/base/cuda_allocator.cu), rounded to its buckets.
+struct MemoryStats {
+  size_t in_use = 0;    // handed out and not yet released
+  size_t peak = 0;      // the most in_use has been since the last reset_peak_memory()
+  size_t reserved = 0;  // taken from CUDA: in use plus cached free blocks
+};
+MemoryStats memory_stats();
+void reset_peak_memory();
 
 inline Status check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();

@@ -31,9 +31,14 @@ class Model {
   // Opens the model file and builds the model it describes. Unsupported option combinations
   // (for example an attention kind with no kernel for the dtype) are refused here.
   static Result<std::unique_ptr<Model>> load(const std::string& path, const ModelOptions& options);
+  // A model of `config` with random weights generated where it runs (benchmarks, tests): no
+  // file, no tokenizer. The same seed gives the same weights on every device.
+  static Result<std::unique_ptr<Model>> random(const ModelConfig& config,
+                                               const ModelOptions& options, uint64_t seed = 1);
 
-  const ModelConfig& config() const { return file_->config(); }
-  const ModelFile& file() const { return *file_; }
+  const ModelConfig& config() const { return config_; }
+  // The file the model was loaded from; null for a random-weight model.
+  const ModelFile* file() const { return file_.get(); }
   const ModelOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }
 
@@ -45,9 +50,14 @@ class Model {
                                  bool all_logits) = 0;
 
  protected:
-  Model(std::shared_ptr<ModelFile> file, const ModelOptions& options, int64_t max_context)
-      : file_(std::move(file)), options_(options), max_context_(max_context) {}
+  Model(ModelConfig config, std::shared_ptr<ModelFile> file, const ModelOptions& options,
+        int64_t max_context)
+      : config_(std::move(config)),
+        file_(std::move(file)),
+        options_(options),
+        max_context_(max_context) {}
 
+  ModelConfig config_;
   std::shared_ptr<ModelFile> file_;
   ModelOptions options_;
   int64_t max_context_;

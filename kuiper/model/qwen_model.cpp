@@ -1,8 +1,12 @@
 #include "kuiper/model/qwen_model.h"
 
+#include <cmath>
 #include <numeric>
 
 #include "kuiper/op/ops.h"
+#ifdef KUIPER_WITH_CUDA
+#include "kuiper/base/cuda_runtime.h"
+#endif
 
 namespace kuiper {
 
@@ -21,9 +25,43 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
   }
 }
 
-Result<std::unique_ptr<QwenModel>> QwenModel::create(std::shared_ptr<ModelFile> file,
-                                                     const ModelOptions& options) {
-  const ModelConfig& c = file->config();
+Result<std::unique_ptr<Model>> Model::random(const ModelConfig& config,
+                                             const ModelOptions& options, uint64_t seed) {
+  switch (config.arch) {
+    case Architecture::kQwen2:
+    case Architecture::kQwen3: {
+      KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
+                              QwenModel::create_random(config, options, seed));
+      return std::unique_ptr<Model>(std::move(model));
+    }
+    default:
+      return Status::Error(std::string("architecture '") + architecture_name(config.arch) +
+                           "' has no random-weight model");
+  }
+}
+
+// The decode step captured once as a CUDA graph. Everything it touches has a fixed address
+// (weights, KV cache, the decode workspace) and everything that changes per step (token,
+// position) is read from device memory, so the same graph serves every step.
+struct QwenModel::DecodeGraph {
+#ifdef KUIPER_WITH_CUDA
+  cudaGraphExec_t exec = nullptr;
+  ~DecodeGraph() {
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+  }
+#endif
+};
+
+QwenModel::QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file,
+                     const ModelOptions& options, int64_t max_context)
+    : Model(std::move(config), std::move(file), options, max_context) {}
+
+QwenModel::~QwenModel() = default;
+
+Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
+                                                   std::shared_ptr<ModelFile> file,
+                                                   const ModelOptions& options) {
+  KUIPER_RETURN_IF_ERROR(config.validate());
   if (options.device == DeviceType::kCpu && options.activation != DataType::kFp32) {
     return Status::Error(std::string("the CPU backend computes in fp32, not ") +
                          dtype_name(options.activation));
@@ -32,9 +70,15 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create(std::shared_ptr<ModelFile> 
     return Status::Error(std::string("activations must be fp32 or fp16, not ") +
                          dtype_name(options.activation));
   }
+  if (options.cuda_graph && options.device != DeviceType::kCuda) {
+    return Status::Error(std::string("CUDA graph decode needs the cuda device, not ") +
+                         device_name(options.device));
+  }
   const int64_t max_context =
-      options.max_context > 0 ? options.max_context : c.max_position_embeddings;
-  std::unique_ptr<QwenModel> model(new QwenModel(std::move(file), options, max_context));
+      options.max_context > 0 ? options.max_context : config.max_position_embeddings;
+  std::unique_ptr<QwenModel> model(
+      new QwenModel(std::move(config), std::move(file), options, max_context));
+  const ModelConfig& c = model->config_;
 
   op::AttentionRequest request;
   request.kind = options.attention;
@@ -44,9 +88,14 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create(std::shared_ptr<ModelFile> 
   request.phase = op::AttentionPhase::kPrefill;
   KUIPER_ASSIGN_OR_RETURN(model->prefill_attention_, op::make_attention(request));
   request.phase = op::AttentionPhase::kDecode;
-  KUIPER_ASSIGN_OR_RETURN(model->decode_attention_, op::make_attention(request));
-
-  KUIPER_RETURN_IF_ERROR(model->load_weights().With(model->file().path()));
+  request.graph_safe = options.cuda_graph;
+  Result<std::unique_ptr<op::AttentionOp>> decode = op::make_attention(request);
+  if (!decode.ok()) {
+    return options.cuda_graph ? decode.status().With("CUDA graph decode") : decode.status();
+  }
+  model->decode_attention_ = std::move(decode).value();
+  KUIPER_ASSIGN_OR_RETURN(model->decode_ws_, model->make_workspace(1, 1));
+  if (options.cuda_graph) model->graph_ = std::make_unique<DecodeGraph>();
   return model;
 }
 
@@ -65,61 +114,100 @@ Result<Tensor> place(const Tensor& host, DeviceType device, DataType matrix_dtyp
   return src.to(device);
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
-Status QwenModel::load_weights() {
-  const ModelConfig& c = config();
-  const DeviceType dev = options_.device;
-  const DataType act = options_.activation;
-  auto get = [&](const std::string& name, Tensor& out) -> Status {
-    KUIPER_ASSIGN_OR_RETURN(Tensor host, file_->tensor(name));
+Result<std::unique_ptr<QwenModel>> QwenModel::create(std::shared_ptr<ModelFile> file,
+                                                     const ModelOptions& options) {
+  ModelConfig config = file->config();
+  const std::string path = file->path();
+  KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
+                          make(std::move(config), std::move(file), options));
+  const ModelFile& f = *model->file_;
+  const DeviceType dev = options.device;
+  const DataType act = options.activation;
+  auto get = [&](const std::string& name, const std::vector<int64_t>&, Tensor& out) -> Status {
+    KUIPER_ASSIGN_OR_RETURN(Tensor host, f.tensor(name));
     KUIPER_ASSIGN_OR_RETURN(out, place(host, dev, act));
     return Status::Ok();
   };
-  KUIPER_RETURN_IF_ERROR(get("model.embed_tokens.weight", embed_));
-  KUIPER_RETURN_IF_ERROR(get("model.norm.weight", final_norm_));
+  KUIPER_RETURN_IF_ERROR(model->build_weights(get).With(path));
+  return model;
+}
+
+Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& config,
+                                                            const ModelOptions& options,
+                                                            uint64_t seed) {
+  KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model, make(config, nullptr, options));
+  // Every weight in the activation dtype, as place() leaves matrices of a loaded model. Scales
+  // keep activations O(1) through the layers: uniform(-s, s) has variance s^2/3, so matrices use
+  // s = sqrt(3 / fan_in); norm weights sit near 1.
+  uint64_t index = 0;
+  auto get = [&](const std::string& name, const std::vector<int64_t>& shape,
+                 Tensor& out) -> Status {
+    KUIPER_ASSIGN_OR_RETURN(out, Tensor::empty(shape, options.activation, options.device));
+    float scale = 0.1f, offset = 0.0f;
+    if (ends_with(name, "norm.weight")) {
+      offset = 1.0f;
+    } else if (name == "model.embed_tokens.weight") {
+      scale = 1.0f;
+    } else if (shape.size() == 2) {
+      scale = std::sqrt(3.0f / static_cast<float>(shape[1]));
+    }
+    return op::fill_random(out, seed * 1000003u + index++, scale, offset).With(name);
+  };
+  KUIPER_RETURN_IF_ERROR(model->build_weights(get).With("random weights"));
+  return model;
+}
+
+template <typename Get>
+Status QwenModel::build_weights(Get&& get) {
+  const ModelConfig& c = config_;
+  const DeviceType dev = options_.device;
+  const DataType act = options_.activation;
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  KUIPER_RETURN_IF_ERROR(get("model.embed_tokens.weight", {c.vocab_size, H}, embed_));
+  KUIPER_RETURN_IF_ERROR(get("model.norm.weight", {H}, final_norm_));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
   } else {
-    KUIPER_RETURN_IF_ERROR(get("lm_head.weight", lm_head_));
+    KUIPER_RETURN_IF_ERROR(get("lm_head.weight", {c.vocab_size, H}, lm_head_));
   }
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    KUIPER_RETURN_IF_ERROR(get(p + "input_layernorm.weight", L.input_norm));
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_proj.weight", L.q_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_proj.weight", L.k_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.v_proj.weight", L.v_proj));
+    KUIPER_RETURN_IF_ERROR(get(p + "input_layernorm.weight", {H}, L.input_norm));
+    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_proj.weight", {c.q_dim(), H}, L.q_proj));
+    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_proj.weight", {c.kv_dim(), H}, L.k_proj));
+    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.v_proj.weight", {c.kv_dim(), H}, L.v_proj));
     if (c.qkv_bias) {
-      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_proj.bias", L.q_bias));
-      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_proj.bias", L.k_bias));
-      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.v_proj.bias", L.v_bias));
+      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_proj.bias", {c.q_dim()}, L.q_bias));
+      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_proj.bias", {c.kv_dim()}, L.k_bias));
+      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.v_proj.bias", {c.kv_dim()}, L.v_bias));
     }
     if (c.qk_norm) {
-      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_norm.weight", L.q_norm));
-      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_norm.weight", L.k_norm));
+      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_norm.weight", {c.head_dim}, L.q_norm));
+      KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_norm.weight", {c.head_dim}, L.k_norm));
     }
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.o_proj.weight", L.o_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "post_attention_layernorm.weight", L.post_norm));
-    KUIPER_RETURN_IF_ERROR(get(p + "mlp.gate_proj.weight", L.gate_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "mlp.up_proj.weight", L.up_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "mlp.down_proj.weight", L.down_proj));
+    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.o_proj.weight", {H, c.q_dim()}, L.o_proj));
+    KUIPER_RETURN_IF_ERROR(get(p + "post_attention_layernorm.weight", {H}, L.post_norm));
+    KUIPER_RETURN_IF_ERROR(get(p + "mlp.gate_proj.weight", {I, H}, L.gate_proj));
+    KUIPER_RETURN_IF_ERROR(get(p + "mlp.up_proj.weight", {I, H}, L.up_proj));
+    KUIPER_RETURN_IF_ERROR(get(p + "mlp.down_proj.weight", {H, I}, L.down_proj));
     KUIPER_ASSIGN_OR_RETURN(L.k_cache, Tensor::empty({max_context_, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(L.v_cache, Tensor::empty({max_context_, c.kv_dim()}, act, dev));
   }
   return Status::Ok();
 }
 
-Status QwenModel::ensure_workspace(int64_t T, bool all_logits) {
-  const int64_t logit_rows = all_logits ? T : 1;
-  if (ws_.capacity >= T && ws_.logits.defined() && ws_.logits.dim(0) >= logit_rows) {
-    return Status::Ok();
-  }
-  const ModelConfig& c = config();
+Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap, int64_t logit_rows) const {
+  const ModelConfig& c = config_;
   const DeviceType dev = options_.device;
   const DataType act = options_.activation;
-  const int64_t cap = std::max(T, ws_.capacity);
   Workspace w;
   w.capacity = cap;
   KUIPER_ASSIGN_OR_RETURN(w.ids, Tensor::empty({cap}, DataType::kInt32, dev));
@@ -133,19 +221,18 @@ Status QwenModel::ensure_workspace(int64_t T, bool all_logits) {
   KUIPER_ASSIGN_OR_RETURN(w.v, Tensor::empty({cap, c.kv_dim()}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.gate, Tensor::empty({cap, c.intermediate_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.up, Tensor::empty({cap, c.intermediate_size}, act, dev));
-  const int64_t rows = std::max(logit_rows, ws_.logits.defined() ? ws_.logits.dim(0) : 0);
-  KUIPER_ASSIGN_OR_RETURN(w.logits, Tensor::empty({rows, c.vocab_size}, DataType::kFp32, dev));
-  ws_ = std::move(w);
-  return Status::Ok();
+  KUIPER_ASSIGN_OR_RETURN(w.logits,
+                          Tensor::empty({logit_rows, c.vocab_size}, DataType::kFp32, dev));
+  return w;
 }
 
-Status QwenModel::run_layer(Layer& L, int64_t T, int64_t start) {
-  const ModelConfig& c = config();
+Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t start) {
+  const ModelConfig& c = config_;
   const double eps = c.rms_norm_eps;
-  Tensor x = ws_.x.rows(0, T), h = ws_.h.rows(0, T), o = ws_.o.rows(0, T);
-  Tensor q = ws_.q.rows(0, T), k = ws_.k.rows(0, T), v = ws_.v.rows(0, T);
-  Tensor attn = ws_.attn.rows(0, T), gate = ws_.gate.rows(0, T), up = ws_.up.rows(0, T);
-  Tensor positions = ws_.positions.rows(0, T);
+  Tensor x = ws.x.rows(0, T), h = ws.h.rows(0, T), o = ws.o.rows(0, T);
+  Tensor q = ws.q.rows(0, T), k = ws.k.rows(0, T), v = ws.v.rows(0, T);
+  Tensor attn = ws.attn.rows(0, T), gate = ws.gate.rows(0, T), up = ws.up.rows(0, T);
+  Tensor positions = ws.positions.rows(0, T);
 
   KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
   KUIPER_RETURN_IF_ERROR(op::matmul(h, L.q_proj, c.qkv_bias ? &L.q_bias : nullptr, q));
@@ -159,8 +246,8 @@ Status QwenModel::run_layer(Layer& L, int64_t T, int64_t start) {
   }
   KUIPER_RETURN_IF_ERROR(op::rope(q_heads, positions, c.rope_theta));
   KUIPER_RETURN_IF_ERROR(op::rope(k_heads, positions, c.rope_theta));
-  KUIPER_RETURN_IF_ERROR(op::kv_write(k, L.k_cache, start));
-  KUIPER_RETURN_IF_ERROR(op::kv_write(v, L.v_cache, start));
+  KUIPER_RETURN_IF_ERROR(op::kv_write(k, L.k_cache, positions));
+  KUIPER_RETURN_IF_ERROR(op::kv_write(v, L.v_cache, positions));
 
   op::AttentionArgs args;
   args.q = q_heads;
@@ -170,6 +257,7 @@ Status QwenModel::run_layer(Layer& L, int64_t T, int64_t start) {
                           L.v_cache.reshape({max_context_, c.num_kv_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(args.out, attn.reshape({T, c.num_heads, c.head_dim}));
   args.start = start;
+  if (T == 1) args.device_position = positions;  // what graph-safe decode kernels read
   op::AttentionOp& attention = T == 1 ? *decode_attention_ : *prefill_attention_;
   KUIPER_RETURN_IF_ERROR(attention.forward(args));
 
@@ -183,9 +271,54 @@ Status QwenModel::run_layer(Layer& L, int64_t T, int64_t start) {
   return op::add(x, o, x);
 }
 
+Status QwenModel::run_forward(const Workspace& ws, int64_t T, int64_t start,
+                              int64_t logit_rows) {
+  Tensor x = ws.x.rows(0, T);
+  KUIPER_RETURN_IF_ERROR(op::embedding(embed_, ws.ids.rows(0, T), x));
+  for (Layer& layer : layers_) KUIPER_RETURN_IF_ERROR(run_layer(layer, ws, T, start));
+  const int64_t first = T - logit_rows;
+  Tensor last = ws.x.rows(first, logit_rows), normed = ws.h.rows(first, logit_rows);
+  KUIPER_RETURN_IF_ERROR(op::rmsnorm(last, final_norm_, config_.rms_norm_eps, normed));
+  Tensor logits = ws.logits.rows(0, logit_rows);
+  return op::matmul(normed, lm_head_, nullptr, logits);
+}
+
+Status QwenModel::run_decode_graph(int64_t start) {
+#ifdef KUIPER_WITH_CUDA
+  const cudaStream_t stream = cuda::stream();
+  if (graph_->exec != nullptr) {
+    KUIPER_CUDA_CHECK(cudaGraphLaunch(graph_->exec, stream));
+    return Status::Ok();
+  }
+  // The first step runs eagerly, which gives this step's logits and lets every op do its
+  // one-time setup (workspace allocation, kernel attributes) outside the capture; then the
+  // same step is captured, not executed, for the steps that follow. Nothing in the captured
+  // step may allocate or synchronise, and a failure must still end the capture, or the stream
+  // stays unusable.
+  KUIPER_RETURN_IF_ERROR(run_forward(decode_ws_, 1, start, 1));
+  KUIPER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const Status body = run_forward(decode_ws_, 1, start, 1);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (!body.ok() || ended != cudaSuccess) {
+    (void)cudaGetLastError();  // the invalidated capture's error must not taint later launches
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    if (!body.ok()) return body.With("capturing the decode graph");
+    return cuda::check(ended, "capturing the decode graph");
+  }
+  const cudaError_t made = cudaGraphInstantiate(&graph_->exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (made != cudaSuccess) graph_->exec = nullptr;
+  return cuda::check(made, "cudaGraphInstantiate (decode step)");
+#else
+  (void)start;
+  return Status::Error("this build of Kuiper has no CUDA support");
+#endif
+}
+
 Result<Tensor> QwenModel::forward(const std::vector<int32_t>& ids, int64_t start,
                                   bool all_logits) {
-  const ModelConfig& c = config();
+  const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(ids.size());
   if (T == 0) return Status::Error("forward: no tokens");
   if (start < 0 || start + T > max_context_) {
@@ -199,28 +332,29 @@ Result<Tensor> QwenModel::forward(const std::vector<int32_t>& ids, int64_t start
                            std::to_string(c.vocab_size) + ")");
     }
   }
-  KUIPER_RETURN_IF_ERROR(ensure_workspace(T, all_logits));
+  const int64_t logit_rows = all_logits ? T : 1;
+  if (T > 1 && (prefill_ws_.capacity < T || prefill_ws_.logits.dim(0) < logit_rows)) {
+    prefill_ws_ = Workspace();  // release the old buffers before allocating the larger ones
+    KUIPER_ASSIGN_OR_RETURN(prefill_ws_, make_workspace(T, logit_rows));
+  }
+  const Workspace& ws = T == 1 ? decode_ws_ : prefill_ws_;
 
   std::vector<int32_t> positions(static_cast<size_t>(T));
   std::iota(positions.begin(), positions.end(), static_cast<int32_t>(start));
   Tensor host_ids = Tensor::view(const_cast<int32_t*>(ids.data()), {T}, DataType::kInt32,
                                  DeviceType::kCpu);
   Tensor host_pos = Tensor::view(positions.data(), {T}, DataType::kInt32, DeviceType::kCpu);
-  Tensor dev_ids = ws_.ids.rows(0, T);
-  Tensor dev_pos = ws_.positions.rows(0, T);
+  Tensor dev_ids = ws.ids.rows(0, T);
+  Tensor dev_pos = ws.positions.rows(0, T);
   KUIPER_RETURN_IF_ERROR(dev_ids.copy_from(host_ids));
   KUIPER_RETURN_IF_ERROR(dev_pos.copy_from(host_pos));
 
-  Tensor x = ws_.x.rows(0, T);
-  KUIPER_RETURN_IF_ERROR(op::embedding(embed_, dev_ids, x));
-  for (Layer& layer : layers_) KUIPER_RETURN_IF_ERROR(run_layer(layer, T, start));
-
-  const int64_t first = all_logits ? 0 : T - 1, rows = T - first;
-  Tensor last = ws_.x.rows(first, rows), normed = ws_.h.rows(first, rows);
-  KUIPER_RETURN_IF_ERROR(op::rmsnorm(last, final_norm_, c.rms_norm_eps, normed));
-  Tensor logits = ws_.logits.rows(0, rows);
-  KUIPER_RETURN_IF_ERROR(op::matmul(normed, lm_head_, nullptr, logits));
-  return logits;
+  if (T == 1 && graph_ != nullptr) {
+    KUIPER_RETURN_IF_ERROR(run_decode_graph(start));
+  } else {
+    KUIPER_RETURN_IF_ERROR(run_forward(ws, T, start, logit_rows));
+  }
+  return ws.logits.rows(0, logit_rows);
 }
 
 }  // namespace kuiper

@@ -13,6 +13,11 @@ class QwenModel : public Model {
  public:
   static Result<std::unique_ptr<QwenModel>> create(std::shared_ptr<ModelFile> file,
                                                    const ModelOptions& options);
+  // Random weights generated on the model's device by op::fill_random (see Model::random).
+  static Result<std::unique_ptr<QwenModel>> create_random(const ModelConfig& config,
+                                                          const ModelOptions& options,
+                                                          uint64_t seed);
+  ~QwenModel() override;
   Result<Tensor> forward(const std::vector<int32_t>& ids, int64_t start,
                          bool all_logits) override;
 
@@ -22,21 +27,36 @@ class QwenModel : public Model {
     Tensor post_norm, gate_proj, up_proj, down_proj;
     Tensor k_cache, v_cache;  // [max_context, kv_dim]
   };
-  // Activations for up to `capacity` tokens, reused across calls.
+  // Activations for up to `capacity` tokens. Prefill's grows with the longest prompt; decode has
+  // its own of one token, allocated at load, so its addresses (baked into the decode graph)
+  // never change.
   struct Workspace {
     int64_t capacity = 0;
     Tensor ids, positions, x, h, q, k, v, attn, o, gate, up, logits;
   };
+  struct DecodeGraph;  // the captured decode step (CUDA builds), defined in qwen_model.cpp
 
-  using Model::Model;
-  Status load_weights();
-  Status ensure_workspace(int64_t tokens, bool all_logits);
-  Status run_layer(Layer& layer, int64_t T, int64_t start);
+  QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file, const ModelOptions& options,
+            int64_t max_context);
+  // Checks options, creates the attention ops and the decode workspace; weights come after.
+  static Result<std::unique_ptr<QwenModel>> make(ModelConfig config,
+                                                 std::shared_ptr<ModelFile> file,
+                                                 const ModelOptions& options);
+  // Fills every weight with `get(name, shape, out)` and allocates the KV cache.
+  template <typename Get>
+  Status build_weights(Get&& get);
+  Result<Workspace> make_workspace(int64_t tokens, int64_t logit_rows) const;
+  Status run_layer(Layer& layer, const Workspace& ws, int64_t T, int64_t start);
+  // Embedding, every layer and the logits of the last `logit_rows` tokens, all queued on the
+  // device; ids and positions are already in ws.
+  Status run_forward(const Workspace& ws, int64_t T, int64_t start, int64_t logit_rows);
+  Status run_decode_graph(int64_t start);
 
   Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
   std::unique_ptr<op::AttentionOp> prefill_attention_, decode_attention_;
-  Workspace ws_;
+  Workspace prefill_ws_, decode_ws_;
+  std::unique_ptr<DecodeGraph> graph_;
 };
 
 }  // namespace kuiper

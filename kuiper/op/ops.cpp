@@ -129,15 +129,25 @@ Status add(const Tensor& a, const Tensor& b, Tensor& out) {
   KUIPER_DISPATCH(a.device(), add(a, b, out));
 }
 
-Status kv_write(const Tensor& k, Tensor& cache, int64_t start) {
+Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions) {
   KUIPER_RETURN_IF_ERROR(check_activation("kv_write", k));
-  KUIPER_RETURN_IF_ERROR(same_device("kv_write", {&k, &cache}));
+  KUIPER_RETURN_IF_ERROR(same_device("kv_write", {&k, &cache, &positions}));
   if (k.ndim() != 2 || cache.ndim() != 2 || k.dim(1) != cache.dim(1) ||
-      k.dtype() != cache.dtype() || start < 0 || start + k.dim(0) > cache.dim(0)) {
-    return fail("kv_write", "cannot write " + k.describe() + " at row " + std::to_string(start) +
-                                " of " + cache.describe());
+      k.dtype() != cache.dtype() || positions.dtype() != DataType::kInt32 ||
+      positions.numel() != k.dim(0)) {
+    return fail("kv_write", "cannot write " + k.describe() + " at positions " +
+                                positions.describe() + " of " + cache.describe());
   }
-  KUIPER_DISPATCH(k.device(), kv_write(k, cache, start));
+  if (positions.device() == DeviceType::kCpu) {
+    for (int64_t t = 0; t < positions.numel(); ++t) {
+      const int32_t p = positions.data<int32_t>()[t];
+      if (p < 0 || p >= cache.dim(0)) {
+        return fail("kv_write", "position " + std::to_string(p) + " is outside " +
+                                    cache.describe());
+      }
+    }
+  }
+  KUIPER_DISPATCH(k.device(), kv_write(k, cache, positions));
 }
 
 Status argmax(const Tensor& logits, Tensor& out) {
@@ -147,6 +157,13 @@ Status argmax(const Tensor& logits, Tensor& out) {
     return fail("argmax", "bad output " + out.describe() + " for " + logits.describe());
   }
   KUIPER_DISPATCH(logits.device(), argmax(logits, out));
+}
+
+Status fill_random(Tensor& t, uint64_t seed, float scale, float offset) {
+  if (!t.defined() || !is_float(t.dtype())) {
+    return fail("fill_random", "cannot fill " + (t.defined() ? t.describe() : "undefined tensor"));
+  }
+  KUIPER_DISPATCH(t.device(), fill_random(t, seed, scale, offset));
 }
 
 }  // namespace kuiper::op

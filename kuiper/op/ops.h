@@ -32,10 +32,20 @@ Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 // out = a + b, elementwise. out may alias a or b.
 Status add(const Tensor& a, const Tensor& b, Tensor& out);
 
-// Writes rows k[T, kv_dim] into cache rows [start, start + T) of cache[max_ctx, kv_dim].
-Status kv_write(const Tensor& k, Tensor& cache, int64_t start);
+// Writes row t of k[T, kv_dim] into cache row positions[t] of cache[max_ctx, kv_dim].
+// positions: int32 [T] on k's device. Taking the rows from a tensor rather than a host integer lets
+// a captured CUDA graph write each decode step to the position held in device memory. Host
+// positions are range-checked here; device positions cannot be read without a sync, so the
+// caller checks them (the model does at forward) and the CUDA kernel skips out-of-range rows
+// instead of writing outside the cache.
+Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
 Status argmax(const Tensor& logits, Tensor& out);
+
+// Fills t (fp32/fp16/bf16) with offset + scale * u, u uniform in [-1, 1) from a hash of
+// (seed, element index): the same values on every device, so a random-weight model on the GPU
+// is the same model as on the CPU.
+Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 
 }  // namespace kuiper::op

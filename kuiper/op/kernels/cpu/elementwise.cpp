@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
+#include "kuiper/op/kernels/random_uniform.h"
 
 namespace kuiper::cpu {
 
@@ -75,9 +76,12 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
-void kv_write(const Tensor& k, Tensor& cache, int64_t start) {
-  std::copy(k.data<float>(), k.data<float>() + k.numel(),
-            cache.data<float>() + start * cache.dim(1));
+void kv_write(const Tensor& k, Tensor& cache, const Tensor& positions) {
+  const int64_t T = k.dim(0), D = k.dim(1);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* src = k.data<float>() + t * D;
+    std::copy(src, src + D, cache.data<float>() + positions.data<int32_t>()[t] * D);
+  }
 }
 
 void argmax(const Tensor& logits, Tensor& out) {
@@ -89,6 +93,17 @@ void argmax(const Tensor& logits, Tensor& out) {
       if (row[i] > row[best]) best = i;
     }
     out.data<int32_t>()[r] = static_cast<int32_t>(best);
+  }
+}
+
+void fill_random(Tensor& t, uint64_t seed, float scale, float offset) {
+  const int64_t n = t.numel();
+  const size_t width = dtype_size(t.dtype());
+  char* base = static_cast<char*>(t.raw());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = random_uniform(seed, static_cast<uint64_t>(i), scale, offset);
+    (void)convert_elements(&v, DataType::kFp32, base + i * width, t.dtype(), 1);
   }
 }
 

@@ -13,7 +13,8 @@ Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out)
 Status rope(Tensor& x, const Tensor& positions, double theta);
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 Status add(const Tensor& a, const Tensor& b, Tensor& out);
-Status kv_write(const Tensor& k, Tensor& cache, int64_t start);
+Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 Status argmax(const Tensor& logits, Tensor& out);
+Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 
 }  // namespace kuiper::cuda

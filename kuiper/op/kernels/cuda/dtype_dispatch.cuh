@@ -1,0 +1,79 @@
+// What every CUDA kernel file shares: element conversions to and from fp32 (all arithmetic is
+// fp32) and the host-side switch from a runtime DataType to a kernel template argument, so each
+// kernel is written once as a template and instantiated per element type.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "kuiper/base/cuda_runtime.h"
+#include "kuiper/base/dtype.h"
+
+namespace kuiper::cuda {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Reads element i of a float tensor whose type is only known at run time (biases: one read per
+// output row, not worth a template argument).
+__device__ __forceinline__ float load_as_float(const void* p, DataType t, int64_t i) {
+  switch (t) {
+    case DataType::kFp16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DataType::kBf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<T>{}) with T the CUDA type of a float dtype (fp32, fp16, bf16).
+template <typename Fn>
+Status visit_float(DataType t, Fn&& fn) {
+  switch (t) {
+    case DataType::kFp32: return fn(TypeTag<float>{});
+    case DataType::kFp16: return fn(TypeTag<__half>{});
+    case DataType::kBf16: return fn(TypeTag<__nv_bfloat16>{});
+    default: return Status::Error(std::string("no CUDA kernel for ") + dtype_name(t));
+  }
+}
+
+// Activations are fp32 or fp16 (ops.cpp has checked); the switch is kept narrow so that each
+// kernel is instantiated only for the types it can meet.
+template <typename Fn>
+Status visit_activation(DataType t, Fn&& fn) {
+  switch (t) {
+    case DataType::kFp32: return fn(TypeTag<float>{});
+    case DataType::kFp16: return fn(TypeTag<__half>{});
+    default: return Status::Error(std::string("no CUDA kernel for activations of ") +
+                                  dtype_name(t));
+  }
+}
+
+inline unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+}  // namespace kuiper::cuda

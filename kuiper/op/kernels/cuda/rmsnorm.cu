@@ -1,0 +1,79 @@
+// RMSNorm over rows of D elements. The row length decides the shape of the work: a hidden-size
+// row (thousands of elements) gets a whole block, so at decode (one row) its loads are spread
+// over 256 threads instead of queueing behind one warp; a head row (Qwen3's per-head q/k norm,
+// x viewed as [T * heads, head_dim]) is one warp's work, with no shared memory or barrier.
+#include "kuiper/op/kernels/cuda/cuda_kernels.h"
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+
+namespace kuiper::cuda {
+
+namespace {
+
+constexpr int kBlockThreads = 256;
+constexpr int kWideRow = 1024;  // rows at least this long get a block each
+
+template <typename TX, typename TW, int kThreadsPerRow>
+__global__ void __launch_bounds__(kBlockThreads)
+    rmsnorm_kernel(const TX* x, const TW* __restrict__ weight, TX* out, int64_t rows, int D,
+                   float eps) {
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  constexpr int kWarpsPerRow = kThreadsPerRow / 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  const int tid = threadIdx.x % kThreadsPerRow;
+  // x and out may alias: each thread reads its elements before writing the same ones.
+  const TX* in = x + row * D;
+  TX* o = out + row * D;
+  float sum = 0.0f;
+  if (row < rows) {
+#pragma unroll 4
+    for (int i = tid; i < D; i += kThreadsPerRow) {
+      const float v = to_float(in[i]);
+      sum += v * v;
+    }
+  }
+  sum = warp_sum(sum);
+  if constexpr (kWarpsPerRow > 1) {
+    __shared__ float partial[kWarpsPerRow];
+    if (tid % 32 == 0) partial[tid / 32] = sum;
+    __syncthreads();
+    sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarpsPerRow; ++w) sum += partial[w];
+  }
+  if (row >= rows) return;
+  // The same expression as the CPU reference: 1 / sqrt(mean + eps), weight * (x * inv).
+  const float inv = 1.0f / sqrtf(sum / static_cast<float>(D) + eps);
+#pragma unroll 4
+  for (int i = tid; i < D; i += kThreadsPerRow) {
+    o[i] = from_float<TX>(to_float(weight[i]) * (to_float(in[i]) * inv));
+  }
+}
+
+template <typename TX, typename TW, int kThreadsPerRow>
+Status launch(const Tensor& x, const Tensor& weight, double eps, Tensor& out, int64_t rows,
+              int64_t D) {
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  rmsnorm_kernel<TX, TW, kThreadsPerRow><<<blocks_for(rows, kRowsPerBlock), kBlockThreads, 0,
+                                           stream()>>>(x.data<TX>(), weight.data<TW>(),
+                                                       out.data<TX>(), rows, static_cast<int>(D),
+                                                       static_cast<float>(eps));
+  KUIPER_CUDA_CHECK_LAUNCH("rmsnorm kernel");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out) {
+  const int64_t D = weight.numel(), rows = x.numel() / D;
+  if (rows == 0) return Status::Ok();
+  return visit_activation(x.dtype(), [&](auto x_tag) {
+    using TX = typename decltype(x_tag)::type;
+    return visit_float(weight.dtype(), [&](auto w_tag) {
+      using TW = typename decltype(w_tag)::type;
+      if (D >= kWideRow) return launch<TX, TW, kBlockThreads>(x, weight, eps, out, rows, D);
+      return launch<TX, TW, 32>(x, weight, eps, out, rows, D);
+    });
+  });
+}
+
+}  // namespace kuiper::cuda

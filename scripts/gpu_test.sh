@@ -1,0 +1,40 @@
+#!/bin/bash
+# Builds Kuiper for Hopper, runs the tests, then a short benchmark; prints a short table last.
+#
+#   scripts/gpu_test.sh              # all tests
+#   GTEST_FILTER='Cuda*' scripts/gpu_test.sh
+#
+# On the lent GPU machine (no package registry) the build dependencies travel as .deb files in
+# .gpu/ and the fixtures in .gpu/fixtures; both are picked up when present. Logs go to $OUT (the
+# device tool's output folder) or build-gpu/logs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+LOGS=${OUT:-$BUILD/logs}
+mkdir -p "$LOGS"
+if [ -f .gpu/deps.sh ] && [ -d .gpu/debs ]; then
+  source .gpu/deps.sh install .gpu/debs
+  export KUIPER_SHARED_DIR=${KUIPER_SHARED_DIR:-$PWD/.gpu}
+  # demo/ asks pkg-config for libedit, whose headers .gpu/debs does not carry; CMake only needs
+  # the folder to exist to generate, and only the tests and the bench are built below.
+  [ -d /usr/include/editline ] || mkdir -p /usr/include/editline
+fi
+
+cmake -S . -B "$BUILD" -G Ninja -DKUIPER_CUDA_ARCHS=90 > "$LOGS/cmake.log" 2>&1 &&
+  ninja -C "$BUILD" kuiper_tests kuiper-bench > "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+"./$BUILD/bin/kuiper_tests" --gtest_filter="${GTEST_FILTER:-*}" > "$LOGS/test.log" 2>&1
+tests_rc=$?
+grep -E '^\[  FAILED  \]|^\[  PASSED  \]|tests? ran|SKIPPED \] [0-9]' "$LOGS/test.log" | sort -u | tail -25
+
+bench="./$BUILD/bin/kuiper-bench"
+"$bench" --config models/qwen3-8b.json --dtype fp16 --prompt 512 --gen 128 \
+  --attention mha,flash1,flash2 --cuda-graph --repeat 3 > "$LOGS/bench.md" 2>&1
+"$bench" --attention-only --attention mha,flash1,flash2 --heads 32 --kv-heads 8 --head-dim 128 \
+  --kv-len 4096 --prefill-len 512 > "$LOGS/attention.md" 2>&1
+echo
+cat "$LOGS/attention.md"
+echo
+cat "$LOGS/bench.md"
+exit $tests_rc
