@@ -12,16 +12,15 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-if [ -f .gpu/deps.sh ] && [ -d .gpu/debs ]; then
-  source .gpu/deps.sh install .gpu/debs
+if [ -d .gpu/debs ]; then
+  # scripts/deps.sh's package list (libedit included); fill .gpu/debs with
+  # `bash scripts/deps.sh download .gpu/debs` after ../shared/device/prepare.sh.
+  source scripts/deps.sh install .gpu/debs
   export KUIPER_SHARED_DIR=${KUIPER_SHARED_DIR:-$PWD/.gpu}
-  # demo/ asks pkg-config for libedit, whose headers .gpu/debs does not carry; CMake only needs
-  # the folder to exist to generate, and only the tests and the bench are built below.
-  [ -d /usr/include/editline ] || mkdir -p /usr/include/editline
 fi
 
 cmake -S . -B "$BUILD" -G Ninja -DKUIPER_CUDA_ARCHS=90 > "$LOGS/cmake.log" 2>&1 &&
-  ninja -C "$BUILD" kuiper_tests kuiper-bench > "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
+  ninja -C "$BUILD" > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/cmake.log" "$LOGS/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
 "./$BUILD/bin/kuiper_tests" --gtest_filter="${GTEST_FILTER:-*}" > "$LOGS/test.log" 2>&1

@@ -3,6 +3,8 @@
 // tensor at fault), so callers can print it as is.
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,15 +39,23 @@ class [[nodiscard]] Result {
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: must be an error
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
+  // Reading the value of an error is a programming error: it aborts with the message rather than
+  // returning garbage.
+  T& value() & { return checked(), *value_; }
+  const T& value() const& { return checked(), *value_; }
+  T&& value() && { return checked(), std::move(*value_); }
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
   T& operator*() & { return *value_; }
   const T& operator*() const& { return *value_; }
 
  private:
+  void checked() const {
+    if (!value_) {
+      std::fprintf(stderr, "kuiper: value of a failed Result: %s\n", status_.message().c_str());
+      std::abort();
+    }
+  }
   std::optional<T> value_;
   Status status_ = Status::Error("no value");
 };

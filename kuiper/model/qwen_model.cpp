@@ -201,6 +201,45 @@ Status QwenModel::build_weights(Get&& get) {
     KUIPER_ASSIGN_OR_RETURN(L.k_cache, Tensor::empty({max_context_, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(L.v_cache, Tensor::empty({max_context_, c.kv_dim()}, act, dev));
   }
+  return dev == DeviceType::kCpu ? Status::Ok() : stack_projections();
+}
+
+namespace {
+
+// One tensor holding `parts` one after another along dimension 0; each part is then replaced by
+// its row view of the stack, so the separate copies are freed.
+Result<Tensor> stack_rows(std::initializer_list<Tensor*> parts) {
+  std::vector<int64_t> shape = (*parts.begin())->shape();
+  shape[0] = 0;
+  for (const Tensor* p : parts) shape[0] += p->dim(0);
+  const Tensor& first = **parts.begin();
+  KUIPER_ASSIGN_OR_RETURN(Tensor stack, Tensor::empty(shape, first.dtype(), first.device()));
+  int64_t row = 0;
+  for (Tensor* p : parts) {
+    Tensor view = stack.rows(row, p->dim(0));
+    KUIPER_RETURN_IF_ERROR(view.copy_from(*p));
+    *p = view;
+    row += view.dim(0);
+  }
+  return stack;
+}
+
+// Columns [begin, begin + count) of a one-row tensor [1, N], as a [1, count] view.
+Result<Tensor> row_slice(const Tensor& one_row, int64_t begin, int64_t count) {
+  KUIPER_ASSIGN_OR_RETURN(Tensor flat, one_row.reshape({one_row.numel()}));
+  return flat.rows(begin, count).reshape({1, count});
+}
+
+}  // namespace
+
+Status QwenModel::stack_projections() {
+  for (Layer& L : layers_) {
+    KUIPER_ASSIGN_OR_RETURN(L.qkv_proj, stack_rows({&L.q_proj, &L.k_proj, &L.v_proj}));
+    if (config_.qkv_bias) {
+      KUIPER_ASSIGN_OR_RETURN(L.qkv_bias, stack_rows({&L.q_bias, &L.k_bias, &L.v_bias}));
+    }
+    KUIPER_ASSIGN_OR_RETURN(L.gate_up_proj, stack_rows({&L.gate_proj, &L.up_proj}));
+  }
   return Status::Ok();
 }
 
@@ -215,12 +254,23 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap, int64_t logi
   KUIPER_ASSIGN_OR_RETURN(w.x, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.h, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.o, Tensor::empty({cap, c.hidden_size}, act, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.q, Tensor::empty({cap, c.q_dim()}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.attn, Tensor::empty({cap, c.q_dim()}, act, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.k, Tensor::empty({cap, c.kv_dim()}, act, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.v, Tensor::empty({cap, c.kv_dim()}, act, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.gate, Tensor::empty({cap, c.intermediate_size}, act, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.up, Tensor::empty({cap, c.intermediate_size}, act, dev));
+  const int64_t I = c.intermediate_size;
+  if (cap == 1) {
+    KUIPER_ASSIGN_OR_RETURN(w.qkv, Tensor::empty({1, c.q_dim() + 2 * c.kv_dim()}, act, dev));
+    KUIPER_ASSIGN_OR_RETURN(w.q, row_slice(w.qkv, 0, c.q_dim()));
+    KUIPER_ASSIGN_OR_RETURN(w.k, row_slice(w.qkv, c.q_dim(), c.kv_dim()));
+    KUIPER_ASSIGN_OR_RETURN(w.v, row_slice(w.qkv, c.q_dim() + c.kv_dim(), c.kv_dim()));
+    KUIPER_ASSIGN_OR_RETURN(w.gate_up, Tensor::empty({1, 2 * I}, act, dev));
+    KUIPER_ASSIGN_OR_RETURN(w.gate, row_slice(w.gate_up, 0, I));
+    KUIPER_ASSIGN_OR_RETURN(w.up, row_slice(w.gate_up, I, I));
+  } else {
+    KUIPER_ASSIGN_OR_RETURN(w.q, Tensor::empty({cap, c.q_dim()}, act, dev));
+    KUIPER_ASSIGN_OR_RETURN(w.k, Tensor::empty({cap, c.kv_dim()}, act, dev));
+    KUIPER_ASSIGN_OR_RETURN(w.v, Tensor::empty({cap, c.kv_dim()}, act, dev));
+    KUIPER_ASSIGN_OR_RETURN(w.gate, Tensor::empty({cap, I}, act, dev));
+    KUIPER_ASSIGN_OR_RETURN(w.up, Tensor::empty({cap, I}, act, dev));
+  }
   KUIPER_ASSIGN_OR_RETURN(w.logits,
                           Tensor::empty({logit_rows, c.vocab_size}, DataType::kFp32, dev));
   return w;
@@ -235,9 +285,15 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
   Tensor positions = ws.positions.rows(0, T);
 
   KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
-  KUIPER_RETURN_IF_ERROR(op::matmul(h, L.q_proj, c.qkv_bias ? &L.q_bias : nullptr, q));
-  KUIPER_RETURN_IF_ERROR(op::matmul(h, L.k_proj, c.qkv_bias ? &L.k_bias : nullptr, k));
-  KUIPER_RETURN_IF_ERROR(op::matmul(h, L.v_proj, c.qkv_bias ? &L.v_bias : nullptr, v));
+  const bool stacked = T == 1 && L.qkv_proj.defined();  // see Layer
+  Tensor qkv = ws.qkv, gate_up = ws.gate_up;
+  if (stacked) {
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.qkv_proj, c.qkv_bias ? &L.qkv_bias : nullptr, qkv));
+  } else {
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.q_proj, c.qkv_bias ? &L.q_bias : nullptr, q));
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.k_proj, c.qkv_bias ? &L.k_bias : nullptr, k));
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.v_proj, c.qkv_bias ? &L.v_bias : nullptr, v));
+  }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
   if (c.qk_norm) {
@@ -264,8 +320,12 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
   KUIPER_RETURN_IF_ERROR(op::matmul(attn, L.o_proj, nullptr, o));
   KUIPER_RETURN_IF_ERROR(op::add(x, o, x));
   KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
-  KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_proj, nullptr, gate));
-  KUIPER_RETURN_IF_ERROR(op::matmul(h, L.up_proj, nullptr, up));
+  if (stacked) {
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_up_proj, nullptr, gate_up));
+  } else {
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_proj, nullptr, gate));
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.up_proj, nullptr, up));
+  }
   KUIPER_RETURN_IF_ERROR(op::swiglu(gate, up, gate));
   KUIPER_RETURN_IF_ERROR(op::matmul(gate, L.down_proj, nullptr, o));
   return op::add(x, o, x);

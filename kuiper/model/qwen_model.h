@@ -26,6 +26,11 @@ class QwenModel : public Model {
     Tensor input_norm, q_proj, k_proj, v_proj, q_bias, k_bias, v_bias, q_norm, k_norm, o_proj;
     Tensor post_norm, gate_proj, up_proj, down_proj;
     Tensor k_cache, v_cache;  // [max_context, kv_dim]
+    // On the GPU q/k/v and gate/up are stored stacked, [q_dim + 2 kv_dim, H] and [2 I, H], and
+    // the separate tensors above are row views of them: decode reads each stack with one GEMV,
+    // one launch over a matrix large enough to stream at full bandwidth. Undefined on the CPU,
+    // whose weights stay views of the mapped file.
+    Tensor qkv_proj, qkv_bias, gate_up_proj;
   };
   // Activations for up to `capacity` tokens. Prefill's grows with the longest prompt; decode has
   // its own of one token, allocated at load, so its addresses (baked into the decode graph)
@@ -33,6 +38,9 @@ class QwenModel : public Model {
   struct Workspace {
     int64_t capacity = 0;
     Tensor ids, positions, x, h, q, k, v, attn, o, gate, up, logits;
+    // One-token workspaces only: q|k|v and gate|up back to back, the outputs of the stacked
+    // GEMVs; q, k, v, gate and up are views of them.
+    Tensor qkv, gate_up;
   };
   struct DecodeGraph;  // the captured decode step (CUDA builds), defined in qwen_model.cpp
 
@@ -45,6 +53,8 @@ class QwenModel : public Model {
   // Fills every weight with `get(name, shape, out)` and allocates the KV cache.
   template <typename Get>
   Status build_weights(Get&& get);
+  // Stacks each layer's q/k/v and gate/up matrices (see Layer); device models only.
+  Status stack_projections();
   Result<Workspace> make_workspace(int64_t tokens, int64_t logit_rows) const;
   Status run_layer(Layer& layer, const Workspace& ws, int64_t T, int64_t start);
   // Embedding, every layer and the logits of the last `logit_rows` tokens, all queued on the
