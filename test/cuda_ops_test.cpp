@@ -14,17 +14,10 @@
 #include "kuiper/base/cuda_runtime.h"
 #endif
 
+#include "support/assertions.h"
+
 namespace kuiper {
 namespace {
-
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    const ::kuiper::Status s_ = (expr);                    \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message(); \
-  } while (0)
-
-#define SKIP_WITHOUT_CUDA()                                                         \
-  if (!cuda_available()) GTEST_SKIP() << "no usable CUDA device (or a build without CUDA)"
 
 constexpr DataType kFloatTypes[] = {DataType::kFp32, DataType::kFp16, DataType::kBf16};
 constexpr DataType kActivations[] = {DataType::kFp32, DataType::kFp16};

@@ -136,6 +136,26 @@ __device__ __forceinline__ void load_vec(const T* src, float* dst) {
   for (int c = 0; c < kWords; ++c) Word<T>::unpack(w[c], dst + c * Word<T>::kElems);
 }
 
+// Stages the query rows [r0, r0 + kRows) of kv head `kvh` into shared memory (row stride
+// `stride` floats), pre-scaled into the log2 domain. Row r of a kv head's tile is query
+// r / group of head kvh * group + r % group, so a tile holds every query head that shares the
+// head's keys; rows past the last query are zeros and never stored.
+template <typename T, int D, int kRows, int kThreads>
+__device__ __forceinline__ void stage_q_tile(const T* __restrict__ q, const Geometry& g, int kvh,
+                                             int r0, int total_rows, float* qs, int stride) {
+  for (int c = threadIdx.x; c < kRows * (D / 8); c += kThreads) {
+    const int r = c / (D / 8), d = (c % (D / 8)) * 8;
+    const int row = r0 + r;
+    float x[8] = {};
+    if (row < total_rows) {
+      const int t = row / g.group, h = kvh * g.group + row % g.group;
+      load_vec<T, 8>(q + (static_cast<size_t>(t) * g.heads + h) * D + d, x);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) qs[r * stride + d + i] = x[i] * g.scale_log2;
+  }
+}
+
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* dst, const float* src) {
   constexpr int kWords = N * static_cast<int>(sizeof(T)) / 4;

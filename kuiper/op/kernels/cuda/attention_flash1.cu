@@ -51,18 +51,7 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
   const int last_row = min(r0 + Tr::kRows, total_rows) - 1;
   const int kv_end = pos0 + last_row / g.group + 1;
 
-  // Q rows, pre-scaled into the log2 domain; padding rows (past T) are zeros and never stored.
-  for (int c = threadIdx.x; c < Tr::kRows * (D / 8); c += Tr::kThreads) {
-    const int r = c / (D / 8), d = (c % (D / 8)) * 8;
-    const int row = r0 + r;
-    float x[8] = {};
-    if (row < total_rows) {
-      const int t = row / g.group, h = kvh * g.group + row % g.group;
-      load_vec<T, 8>(q + (static_cast<size_t>(t) * g.heads + h) * D + d, x);
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) qs[r * Tr::kStride + d + i] = x[i] * g.scale_log2;
-  }
+  stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs, Tr::kStride);
 
   const int r = threadIdx.x / Tr::kLanesPerRow;  // this thread's row
   const int c0 = threadIdx.x % Tr::kLanesPerRow;

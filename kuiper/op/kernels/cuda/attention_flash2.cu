@@ -59,17 +59,7 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads)
   const int pos0 = first_position(g);
   const int kv_end = pos0 + (min(r0 + Tr::kRows, total_rows) - 1) / g.group + 1;
 
-  for (int c = threadIdx.x; c < Tr::kRows * (D / 8); c += Tr::kThreads) {
-    const int r = c / (D / 8), d = (c % (D / 8)) * 8;
-    const int row = r0 + r;
-    float x[8] = {};
-    if (row < total_rows) {
-      const int t = row / g.group, h = kvh * g.group + row % g.group;
-      load_vec<T, 8>(q + (static_cast<size_t>(t) * g.heads + h) * D + d, x);
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) qs[r * D + d + i] = x[i] * g.scale_log2;
-  }
+  stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs, D);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* qw = qs + warp * R * D;
