@@ -157,15 +157,6 @@ TEST(CudaModel, RefusesGraphOnCpu) {
   EXPECT_NE(m.status().message().find("CUDA graph"), std::string::npos) << m.status().message();
 }
 
-// The continuation transformers produces from the shared fixtures' chat.ids (their chat.greedy
-// does not follow from chat.ids; see test/data/fixture_chat_greedy.json).
-std::vector<int32_t> recorded_chat_greedy(const std::string& fixture) {
-  std::ifstream in(test::test_data_dir() + "/fixture_chat_greedy.json");
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains(fixture) ? j[fixture].get<std::vector<int32_t>>()
-                                              : std::vector<int32_t>();
-}
-
 // The fixture checkpoints against the transformers goldens: the last prompt position's logits,
 // and the greedy continuation, for every attention kind with and without the graph.
 TEST(CudaModel, FixturesMatchGoldens) {
@@ -179,7 +170,7 @@ TEST(CudaModel, FixturesMatchGoldens) {
       std::vector<int32_t> want = golden.at(prompt + ".greedy").i32;
       std::vector<float> margin = golden.at(prompt + ".greedy_margin").f32;
       if (prompt == "chat") {
-        want = recorded_chat_greedy(fixture);
+        want = test::recorded_chat_greedy(fixture);
         ASSERT_EQ(want.size(), 16u);
         margin.assign(want.size(), 1.0f);  // not recorded: every step is compared
       }

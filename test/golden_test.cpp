@@ -111,16 +111,6 @@ TEST_P(GoldenTest, PrefillMatchesHuggingFaceAtEveryPosition) {
   EXPECT_GT(compared, static_cast<int>(T));  // the check above must not be vacuous
 }
 
-// The shared fixtures' chat.greedy is inconsistent with their own chat.logits_last; the
-// continuation transformers really produces from chat.ids is recorded in test/data instead.
-std::vector<int32_t> recorded_chat_greedy(const std::string& fixture) {
-  std::ifstream in(test_data_dir() + "/fixture_chat_greedy.json");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  EXPECT_TRUE(j.is_object() && j.contains(fixture)) << "fixture_chat_greedy.json: " << fixture;
-  return j.is_object() && j.contains(fixture) ? j[fixture].get<std::vector<int32_t>>()
-                                              : std::vector<int32_t>();
-}
-
 TEST_P(GoldenTest, GreedyDecodeFollowsHuggingFace) {
   const Case& c = GetParam();
   Golden golden = load_golden(c);

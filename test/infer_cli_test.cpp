@@ -1,6 +1,7 @@
-// qwen3_infer / qwen2_infer end to end on the converted tiny fixtures (CPU, fp32): one prompt
-// against the greedy continuation transformers produces, batch files, the REPL through a
-// pseudo-terminal, and the refusals of bad input.
+// qwen3_infer / qwen2_infer end to end on the converted tiny fixtures (CPU,
+// fp32): one prompt against the greedy continuation transformers produces,
+// batch files, the REPL through a pseudo-terminal, and the refusals of bad
+// input.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <pty.h>
@@ -34,57 +35,53 @@ namespace {
 using nlohmann::json;
 using test::CliResult;
 
-// The CPU kernels use OpenMP; on a machine shared with other jobs, spinning worker threads
-// make each token cost a scheduler time slice. Passive waiting keeps these runs fast there.
-constexpr const char* kChildEnv = "OMP_WAIT_POLICY=passive";
+// The CPU kernels use OpenMP; on a machine shared with other jobs, spinning
+// worker threads make each token cost a scheduler time slice. Passive waiting
+// keeps these runs fast there.
+constexpr const char *kChildEnv = "OMP_WAIT_POLICY=passive";
 
 // One JSON record a line; blank lines are skipped.
-std::vector<json> parse_jsonl(const std::string& text) {
+std::vector<json> parse_jsonl(const std::string &text) {
   std::vector<json> records;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) records.push_back(json::parse(line));
+    if (!line.empty())
+      records.push_back(json::parse(line));
   }
   return records;
 }
 
-std::vector<json> read_jsonl(const std::string& path) {
+std::vector<json> read_jsonl(const std::string &path) {
   return parse_jsonl(test::read_text(path));
 }
 
-// The user message whose chat-templated ids are the shared fixtures' golden chat.ids.
-constexpr const char* kChatPrompt = "Hello! Who are you?";
+// The user message whose chat-templated ids are the shared fixtures' golden
+// chat.ids.
+constexpr const char *kChatPrompt = "Hello! Who are you?";
 
 // A shared fixture's transformers goldens (golden.safetensors), read once.
-const test::Golden& golden(const std::string& fixture) {
+const test::Golden &golden(const std::string &fixture) {
   static std::map<std::string, test::Golden> loaded;
   auto it = loaded.find(fixture);
-  if (it == loaded.end()) it = loaded.emplace(fixture, test::Golden::load(fixture)).first;
+  if (it == loaded.end())
+    it = loaded.emplace(fixture, test::Golden::load(fixture)).first;
   return it->second;
 }
 
-const std::vector<int32_t>& chat_ids(const std::string& fixture = "qwen3-tiny") {
+const std::vector<int32_t> &
+chat_ids(const std::string &fixture = "qwen3-tiny") {
   return golden(fixture).at("chat.ids").i32;
 }
 
-// The greedy continuation (16 tokens) transformers produces from chat.ids. The goldens' own
-// chat.greedy does not follow from chat.ids; see test/data/fixture_chat_greedy.json.
-std::vector<int32_t> recorded_chat_greedy(const std::string& fixture) {
-  std::ifstream in(test::test_data_dir() + "/fixture_chat_greedy.json");
-  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  EXPECT_TRUE(j.is_object() && j.contains(fixture)) << "fixture_chat_greedy.json: " << fixture;
-  return j.is_object() && j.contains(fixture) ? j[fixture].get<std::vector<int32_t>>()
-                                              : std::vector<int32_t>();
-}
-
 // The converted tiny fixture the infer programs run (CPU, fp32).
-std::string fixture_model(const std::string& fixture = "qwen3-tiny") {
+std::string fixture_model(const std::string &fixture = "qwen3-tiny") {
   return test::converted_fixture(fixture, DataType::kFp32);
 }
 
-// kChatPrompt's ids as the infer programs render it (no system prompt): the model file's own
-// tokenizer and chat template, through encode_chat as ChatSession calls it.
-std::vector<int32_t> rendered_chat_prompt(const std::string& model_path) {
+// kChatPrompt's ids as the infer programs render it (no system prompt): the
+// model file's own tokenizer and chat template, through encode_chat as
+// ChatSession calls it.
+std::vector<int32_t> rendered_chat_prompt(const std::string &model_path) {
   Result<std::shared_ptr<ModelFile>> file = ModelFile::open(model_path);
   if (!file.ok()) {
     ADD_FAILURE() << file.status().message();
@@ -94,7 +91,8 @@ std::vector<int32_t> rendered_chat_prompt(const std::string& model_path) {
   Result<ChatTemplate> chat_template =
       ChatTemplate::from_tokenizer_config((*file)->tokenizer_config_json());
   if (!tokenizer.ok() || !chat_template.ok()) {
-    ADD_FAILURE() << tokenizer.status().message() << chat_template.status().message();
+    ADD_FAILURE() << tokenizer.status().message()
+                  << chat_template.status().message();
     return {};
   }
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -106,41 +104,51 @@ std::vector<int32_t> rendered_chat_prompt(const std::string& model_path) {
 }
 
 class InferCli : public ::testing::Test {
- protected:
-  std::string path(const std::string& name) const { return dir_.file(name); }
+protected:
+  std::string path(const std::string &name) const { return dir_.file(name); }
 
   // Runs bin/<program> with `args` and nothing on stdin.
-  static CliResult run(const std::string& program, const std::vector<std::string>& args) {
+  static CliResult run(const std::string &program,
+                       const std::vector<std::string> &args) {
     return test::run_program(program, args, "", kChildEnv);
   }
 
-  // <family>_infer on the <family>-tiny fixture on the CPU, greedy unless `args` say otherwise.
-  CliResult infer(const std::string& family, const std::vector<std::string>& args) const {
-    std::vector<std::string> all = {"--model", fixture_model(family + "-tiny"), "--device", "cpu",
-                                    "--temperature", "0"};
+  // <family>_infer on the <family>-tiny fixture on the CPU, greedy unless
+  // `args` say otherwise.
+  CliResult infer(const std::string &family,
+                  const std::vector<std::string> &args) const {
+    std::vector<std::string> all = {
+        "--model",       fixture_model(family + "-tiny"),
+        "--device",      "cpu",
+        "--temperature", "0"};
     all.insert(all.end(), args.begin(), args.end());
     return run(family + "_infer", all);
   }
-  CliResult qwen3(const std::vector<std::string>& args) const { return infer("qwen3", args); }
+  CliResult qwen3(const std::vector<std::string> &args) const {
+    return infer("qwen3", args);
+  }
 
-  void write(const std::string& name, const std::string& text) const {
+  void write(const std::string &name, const std::string &text) const {
     std::ofstream(path(name), std::ios::binary) << text;
   }
 
   test::TempDir dir_;
 };
 
-// Acceptance 1: the chat prompt renders to the golden chat.ids, and the greedy reply (16
-// tokens, read back from --output) is exactly the continuation transformers produces.
-void check_chat_reply(const std::string& fixture, const json& record) {
+// Acceptance 1: the chat prompt renders to the golden chat.ids, and the greedy
+// reply (16 tokens, read back from --output) is exactly the continuation
+// transformers produces.
+void check_chat_reply(const std::string &fixture, const json &record) {
   ASSERT_EQ(rendered_chat_prompt(fixture_model(fixture)), chat_ids(fixture));
-  EXPECT_EQ(record.at("stats").at("prompt_tokens").get<size_t>(), chat_ids(fixture).size());
-  EXPECT_EQ(record.at("output_ids").get<std::vector<int32_t>>(), recorded_chat_greedy(fixture));
+  EXPECT_EQ(record.at("stats").at("prompt_tokens").get<size_t>(),
+            chat_ids(fixture).size());
+  EXPECT_EQ(record.at("output_ids").get<std::vector<int32_t>>(),
+            test::recorded_chat_greedy(fixture));
 }
 
 TEST_F(InferCli, Qwen3GreedyChatPromptGivesTheRecordedIds) {
-  CliResult r = qwen3({"--prompt", kChatPrompt, "--max-tokens", "16", "--output",
-                       path("out.jsonl"), "--stats"});
+  CliResult r = qwen3({"--prompt", kChatPrompt, "--max-tokens", "16",
+                       "--output", path("out.jsonl"), "--stats"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<json> records = read_jsonl(path("out.jsonl"));
   ASSERT_EQ(records.size(), 1u);
@@ -148,12 +156,14 @@ TEST_F(InferCli, Qwen3GreedyChatPromptGivesTheRecordedIds) {
   EXPECT_EQ(records[0]["finish_reason"], "length");
   EXPECT_EQ(r.out, records[0]["output"].get<std::string>() + "\n");
   const std::string n = std::to_string(chat_ids().size());
-  EXPECT_NE(r.err.find("prompt " + n + " tokens (" + n + " prefilled"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("prompt " + n + " tokens (" + n + " prefilled"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(InferCli, Qwen2GreedyChatPromptGivesTheRecordedIds) {
-  CliResult r = infer("qwen2", {"--prompt", kChatPrompt, "--max-tokens", "16", "--ignore-eos",
-                                "--output", path("out.jsonl")});
+  CliResult r = infer("qwen2", {"--prompt", kChatPrompt, "--max-tokens", "16",
+                                "--ignore-eos", "--output", path("out.jsonl")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<json> records = read_jsonl(path("out.jsonl"));
   ASSERT_EQ(records.size(), 1u);
@@ -161,18 +171,22 @@ TEST_F(InferCli, Qwen2GreedyChatPromptGivesTheRecordedIds) {
 }
 
 TEST_F(InferCli, StreamingPrintsTheSameText) {
-  CliResult plain = qwen3({"--prompt", "Hi there", "--max-tokens", "8", "--output",
-                           path("plain.jsonl")});
-  CliResult streamed = qwen3({"--prompt", "Hi there", "--max-tokens", "8", "--stream"});
+  CliResult plain = qwen3({"--prompt", "Hi there", "--max-tokens", "8",
+                           "--output", path("plain.jsonl")});
+  CliResult streamed =
+      qwen3({"--prompt", "Hi there", "--max-tokens", "8", "--stream"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
   EXPECT_EQ(plain.out, streamed.out);
-  EXPECT_EQ(plain.out, read_jsonl(path("plain.jsonl"))[0]["output"].get<std::string>() + "\n");
+  EXPECT_EQ(plain.out,
+            read_jsonl(path("plain.jsonl"))[0]["output"].get<std::string>() +
+                "\n");
 }
 
 TEST_F(InferCli, SameSeedSameSample) {
-  std::vector<std::string> args = {"--prompt", "Hi", "--max-tokens", "10", "--temperature",
-                                   "1.2", "--top-k", "0", "--seed", "77", "--output"};
+  std::vector<std::string> args = {"--prompt",      "Hi",  "--max-tokens", "10",
+                                   "--temperature", "1.2", "--top-k",      "0",
+                                   "--seed",        "77",  "--output"};
   args.push_back(path("a.jsonl"));
   ASSERT_EQ(qwen3(args).exit_code, 0);
   args.back() = path("b.jsonl");
@@ -183,16 +197,18 @@ TEST_F(InferCli, SameSeedSameSample) {
 }
 
 TEST_F(InferCli, TextBatchGivesOneResultPerLine) {
-  write("prompts.txt", "Hello! Who are you?\n\nWhat is 2+2?\nTell me a story.\n");
-  CliResult r = qwen3({"--prompts-file", path("prompts.txt"), "--max-tokens", "16",
-                       "--output", path("out.jsonl")});
+  write("prompts.txt",
+        "Hello! Who are you?\n\nWhat is 2+2?\nTell me a story.\n");
+  CliResult r = qwen3({"--prompts-file", path("prompts.txt"), "--max-tokens",
+                       "16", "--output", path("out.jsonl")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<json> records = read_jsonl(path("out.jsonl"));
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[0]["prompt"], "Hello! Who are you?");
   EXPECT_EQ(records[1]["prompt"], "What is 2+2?");
-  EXPECT_EQ(records[2]["id"], 4);  // the line number: the blank line is skipped, not renumbered
-  for (const json& record : records) {
+  EXPECT_EQ(records[2]["id"],
+            4); // the line number: the blank line is skipped, not renumbered
+  for (const json &record : records) {
     EXPECT_FALSE(record["output_ids"].empty());
     EXPECT_TRUE(record["stats"].contains("decode_tokens_per_second"));
   }
@@ -201,12 +217,16 @@ TEST_F(InferCli, TextBatchGivesOneResultPerLine) {
 }
 
 TEST_F(InferCli, JsonlBatchTakesPromptsMessagesAndPerLineSampling) {
-  write("prompts.jsonl",
-        R"({"id": "a", "prompt": "Hello! Who are you?"})" "\n"
-        R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})" "\n"
-        R"({"prompt": "Go on", "temperature": 0.9, "top_p": 0.5, "seed": 5, "max_tokens": 3, "stop": ["zzz"]})" "\n");
-  CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-tokens", "16",
-                       "--output", path("out.jsonl")});
+  write(
+      "prompts.jsonl",
+      R"({"id": "a", "prompt": "Hello! Who are you?"})"
+      "\n"
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})"
+      "\n"
+      R"({"prompt": "Go on", "temperature": 0.9, "top_p": 0.5, "seed": 5, "max_tokens": 3, "stop": ["zzz"]})"
+      "\n");
+  CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-tokens",
+                       "16", "--output", path("out.jsonl")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<json> records = read_jsonl(path("out.jsonl"));
   ASSERT_EQ(records.size(), 3u);
@@ -219,18 +239,22 @@ TEST_F(InferCli, JsonlBatchTakesPromptsMessagesAndPerLineSampling) {
 }
 
 TEST_F(InferCli, BadBatchLinesAreReportedAndTheOthersStillRun) {
-  write("prompts.jsonl",
-        R"({"prompt": "first"})" "\n"
-        R"({"prompt": "unterminated)" "\n"
-        R"({"prompt": "typo", "temprature": 1})" "\n"
-        R"({"prompt": "bad top_p", "top_p": 2})" "\n"
-        "{\"prompt\": \"caf\xC3\"}\n"
-        R"({"prompt": "last"})" "\n");
-  CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-tokens", "4",
-                       "--output", path("out.jsonl")});
+  write("prompts.jsonl", R"({"prompt": "first"})"
+                         "\n"
+                         R"({"prompt": "unterminated)"
+                         "\n"
+                         R"({"prompt": "typo", "temprature": 1})"
+                         "\n"
+                         R"({"prompt": "bad top_p", "top_p": 2})"
+                         "\n"
+                         "{\"prompt\": \"caf\xC3\"}\n"
+                         R"({"prompt": "last"})"
+                         "\n");
+  CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-tokens",
+                       "4", "--output", path("out.jsonl")});
   EXPECT_EQ(r.exit_code, 1);
-  for (const char* where : {"prompts.jsonl:2:", "prompts.jsonl:3:", "prompts.jsonl:4:",
-                            "prompts.jsonl:5:"}) {
+  for (const char *where : {"prompts.jsonl:2:", "prompts.jsonl:3:",
+                            "prompts.jsonl:4:", "prompts.jsonl:5:"}) {
     EXPECT_NE(r.err.find(where), std::string::npos) << where << "\n" << r.err;
   }
   EXPECT_NE(r.err.find("temprature"), std::string::npos) << r.err;
@@ -249,11 +273,13 @@ TEST_F(InferCli, BadBatchLinesAreReportedAndTheOthersStillRun) {
 
 TEST_F(InferCli, InvalidUtf8InATextBatchFailsOnlyThatLine) {
   write("prompts.txt", "one\ntwo \xFF\xFE\nthree\n");
-  CliResult r = qwen3({"--prompts-file", path("prompts.txt"), "--max-tokens", "2"});
+  CliResult r =
+      qwen3({"--prompts-file", path("prompts.txt"), "--max-tokens", "2"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("prompts.txt:2:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("UTF-8"), std::string::npos) << r.err;
-  std::vector<json> records = parse_jsonl(r.out);  // without --output they go to stdout
+  std::vector<json> records =
+      parse_jsonl(r.out); // without --output they go to stdout
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[0]["prompt"], "one");
   EXPECT_TRUE(records[1].contains("error"));
@@ -261,57 +287,70 @@ TEST_F(InferCli, InvalidUtf8InATextBatchFailsOnlyThatLine) {
 }
 
 // One line on stderr, exit 1, naming what is wrong.
-void expect_refusal(const CliResult& r, const std::vector<std::string>& mentions) {
+void expect_refusal(const CliResult &r,
+                    const std::vector<std::string> &mentions) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  for (const std::string& m : mentions) EXPECT_NE(r.err.find(m), std::string::npos) << r.err;
+  for (const std::string &m : mentions)
+    EXPECT_NE(r.err.find(m), std::string::npos) << r.err;
 }
 
 TEST_F(InferCli, FlagValuesThatMakeNoSenseAreRefused) {
   expect_refusal(qwen3({"--prompt", "x", "--attention", "fast"}),
                  {"--attention", "mha, flash1 or flash2"});
-  expect_refusal(qwen3({"--prompt", "x", "--device", "tpu"}), {"--device", "cpu or cuda"});
-  expect_refusal(qwen3({"--prompt", "x", "--top-p", "1.5"}), {"--top-p 1.5", "(0, 1]"});
-  expect_refusal(qwen3({"--prompt", "x", "--temperature", "-1"}), {"--temperature", ">= 0"});
+  expect_refusal(qwen3({"--prompt", "x", "--device", "tpu"}),
+                 {"--device", "cpu or cuda"});
+  expect_refusal(qwen3({"--prompt", "x", "--top-p", "1.5"}),
+                 {"--top-p 1.5", "(0, 1]"});
+  expect_refusal(qwen3({"--prompt", "x", "--temperature", "-1"}),
+                 {"--temperature", ">= 0"});
   expect_refusal(qwen3({"--prompt", "x", "--min-p", "2"}), {"--min-p"});
-  expect_refusal(qwen3({"--prompt", "x", "--max-tokens", "0"}), {"--max-tokens"});
-  expect_refusal(qwen3({"--prompt", "x", "--cuda-graph"}), {"--cuda-graph", "--device cuda"});
-  expect_refusal(infer("qwen2", {"--prompt", "x", "--no-think"}), {"--no-think"});
+  expect_refusal(qwen3({"--prompt", "x", "--max-tokens", "0"}),
+                 {"--max-tokens"});
+  expect_refusal(qwen3({"--prompt", "x", "--cuda-graph"}),
+                 {"--cuda-graph", "--device cuda"});
+  expect_refusal(infer("qwen2", {"--prompt", "x", "--no-think"}),
+                 {"--no-think"});
 }
 
 TEST_F(InferCli, MissingOrWrongModelIsRefused) {
-  expect_refusal(run("qwen3_infer", {"--model", path("nope.bin"), "--prompt", "x"}),
-                 {path("nope.bin")});
+  expect_refusal(
+      run("qwen3_infer", {"--model", path("nope.bin"), "--prompt", "x"}),
+      {path("nope.bin")});
   expect_refusal(run("qwen3_infer", {"--prompt", "x"}), {"--model"});
-  expect_refusal(run("qwen2_infer", {"--model", fixture_model(), "--prompt", "x", "--device",
-                                     "cpu"}),
+  expect_refusal(run("qwen2_infer", {"--model", fixture_model(), "--prompt",
+                                     "x", "--device", "cpu"}),
                  {"qwen3 model", "qwen2"});
-  expect_refusal(run("qwen3_infer", {"--model", fixture_model("qwen2-tiny"), "--prompt", "x",
-                                     "--device", "cpu"}),
+  expect_refusal(run("qwen3_infer", {"--model", fixture_model("qwen2-tiny"),
+                                     "--prompt", "x", "--device", "cpu"}),
                  {"qwen2 model"});
 }
 
 TEST_F(InferCli, BadPromptsAreRefused) {
   // The chat-templated prompt is longer than 8 tokens.
-  expect_refusal(qwen3({"--prompt", kChatPrompt, "--max-context", "8"}),
-                 {std::to_string(chat_ids().size()) + " tokens", "context of 8"});
+  expect_refusal(
+      qwen3({"--prompt", kChatPrompt, "--max-context", "8"}),
+      {std::to_string(chat_ids().size()) + " tokens", "context of 8"});
   expect_refusal(qwen3({"--prompt", "caf\xC3"}), {"UTF-8"});
   write("empty.txt", "\n  \n");
   expect_refusal(qwen3({"--prompts-file", path("empty.txt")}), {"no prompts"});
   expect_refusal(qwen3({"--prompts-file", path("absent.txt")}), {"absent.txt"});
 }
 
-// ---------------------------------------------------------------------------- the REPL
+// ----------------------------------------------------------------------------
+// the REPL
 
-// A program running on a pseudo-terminal, as a person at a terminal would run it.
+// A program running on a pseudo-terminal, as a person at a terminal would run
+// it.
 class Terminal {
- public:
-  explicit Terminal(const std::vector<std::string>& argv) {
+public:
+  explicit Terminal(const std::vector<std::string> &argv) {
     pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
     if (pid_ == 0) {
-      putenv(const_cast<char*>(kChildEnv));
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      putenv(const_cast<char *>(kChildEnv));
+      std::vector<char *> args;
+      for (const std::string &a : argv)
+        args.push_back(const_cast<char *>(a.c_str()));
       args.push_back(nullptr);
       execv(args[0], args.data());
       _exit(127);
@@ -322,51 +361,60 @@ class Terminal {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
-    if (fd_ >= 0) close(fd_);
+    if (fd_ >= 0)
+      close(fd_);
   }
 
   bool started() const { return pid_ > 0; }
-  const std::string& screen() const { return screen_; }
+  const std::string &screen() const { return screen_; }
 
-  void type(const std::string& keys) {
-    ASSERT_EQ(::write(fd_, keys.data(), keys.size()), static_cast<ssize_t>(keys.size()));
+  void type(const std::string &keys) {
+    ASSERT_EQ(::write(fd_, keys.data(), keys.size()),
+              static_cast<ssize_t>(keys.size()));
   }
 
-  // Keys for the line editor, once it reads them. It prints its prompt before it puts the
-  // terminal in raw mode; keys typed in between are the terminal's, which echoes them a second
-  // time and turns a Ctrl-C into a SIGINT that arrives before the editor's read and is lost.
-  void type_at_prompt(const std::string& keys) {
+  // Keys for the line editor, once it reads them. It prints its prompt before
+  // it puts the terminal in raw mode; keys typed in between are the terminal's,
+  // which echoes them a second time and turns a Ctrl-C into a SIGINT that
+  // arrives before the editor's read and is lost.
+  void type_at_prompt(const std::string &keys) {
     ASSERT_TRUE(read_until([this] {
       termios mode;
       return tcgetattr(fd_, &mode) == 0 && (mode.c_lflag & ICANON) == 0;
-    })) << "the terminal never left cooked mode:\n" << screen_;
+    })) << "the terminal never left cooked mode:\n"
+        << screen_;
     type(keys);
   }
 
-  // Reads until `text` appears after byte `from` of the output; false on timeout or exit.
-  bool wait_for(const std::string& text, size_t from, int seconds = 120) {
-    return read_until([&] { return screen_.find(text, from) != std::string::npos; }, seconds);
+  // Reads until `text` appears after byte `from` of the output; false on
+  // timeout or exit.
+  bool wait_for(const std::string &text, size_t from, int seconds = 120) {
+    return read_until(
+        [&] { return screen_.find(text, from) != std::string::npos; }, seconds);
   }
 
-  // Types a line at the prompt and waits for the next; returns what was printed in between.
-  std::string command(const std::string& line) {
+  // Types a line at the prompt and waits for the next; returns what was printed
+  // in between.
+  std::string command(const std::string &line) {
     const size_t from = screen_.size();
     type_at_prompt(line + "\r");
     const bool prompted = wait_for("\n> ", from);
-    EXPECT_TRUE(prompted) << "no prompt after '" << line << "':\n" << screen_.substr(from);
+    EXPECT_TRUE(prompted) << "no prompt after '" << line << "':\n"
+                          << screen_.substr(from);
     return screen_.substr(from);
   }
 
   int wait_exit(int seconds = 30) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     while (std::chrono::steady_clock::now() < deadline) {
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         exited_ = true;
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       }
-      // Keep draining the output so the program never blocks writing it; once it has closed
-      // the terminal, reads fail at once, hence the sleep.
+      // Keep draining the output so the program never blocks writing it; once
+      // it has closed the terminal, reads fail at once, hence the sleep.
       char buf[4096];
       pollfd p = {fd_, POLLIN, 0};
       const ssize_t n = poll(&p, 1, 100) > 0 ? ::read(fd_, buf, sizeof buf) : 0;
@@ -379,18 +427,22 @@ class Terminal {
     return -2;
   }
 
- private:
-  // Reads the output until `done()` holds; false on timeout or when the terminal closes.
-  template <typename Done>
-  bool read_until(Done done, int seconds = 120) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+private:
+  // Reads the output until `done()` holds; false on timeout or when the
+  // terminal closes.
+  template <typename Done> bool read_until(Done done, int seconds = 120) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
+      if (std::chrono::steady_clock::now() > deadline)
+        return false;
       pollfd p = {fd_, POLLIN, 0};
-      if (poll(&p, 1, 10) <= 0) continue;
+      if (poll(&p, 1, 10) <= 0)
+        continue;
       char buf[4096];
       const ssize_t n = ::read(fd_, buf, sizeof buf);
-      if (n <= 0) return false;
+      if (n <= 0)
+        return false;
       screen_.append(buf, static_cast<size_t>(n));
     }
     return true;
@@ -408,7 +460,7 @@ struct TurnStats {
   int generated = -1;
 };
 
-TurnStats parse_stats(const std::string& text) {
+TurnStats parse_stats(const std::string &text) {
   static const std::regex pattern(
       R"(prompt (\d+) tokens \((\d+) prefilled[^|]*\| generated (\d+) tokens)");
   TurnStats s;
@@ -421,7 +473,8 @@ TurnStats parse_stats(const std::string& text) {
   return s;
 }
 
-std::vector<std::string> repl_argv(const std::string& max_tokens, const std::string& context) {
+std::vector<std::string> repl_argv(const std::string &max_tokens,
+                                   const std::string &context) {
   return {test::bin_dir() + "/qwen3_infer",
           "--model",
           fixture_model(),
@@ -461,12 +514,14 @@ TEST(InferRepl, SecondTurnPrefillsOnlyNewTokensAndClearResets) {
   const TurnStats unchanged = parse_stats(term.command("/stats"));
   EXPECT_EQ(unchanged.prompt, two.prompt);
 
-  // Errors of a turn are reported and the chat goes on. (Invalid UTF-8 never gets this far:
-  // libedit drops bytes that are not characters.)
+  // Errors of a turn are reported and the chat goes on. (Invalid UTF-8 never
+  // gets this far: libedit drops bytes that are not characters.)
   std::string too_long;
-  for (int i = 0; i < 300; ++i) too_long += "word ";
-  EXPECT_NE(term.command(too_long).find("longer than the context of 256 tokens"),
-            std::string::npos)
+  for (int i = 0; i < 300; ++i)
+    too_long += "word ";
+  EXPECT_NE(
+      term.command(too_long).find("longer than the context of 256 tokens"),
+      std::string::npos)
       << term.screen();
 
   EXPECT_NE(term.command("/clear").find("new conversation"), std::string::npos);
@@ -482,12 +537,13 @@ TEST(InferRepl, SecondTurnPrefillsOnlyNewTokensAndClearResets) {
   const TurnStats multi = parse_stats(term.command("/stats"));
   EXPECT_GT(multi.prompt, 0);
 
-  term.type_at_prompt("\x04");  // Ctrl-D
+  term.type_at_prompt("\x04"); // Ctrl-D
   EXPECT_EQ(term.wait_exit(), 0) << term.screen();
 }
 
 TEST(InferRepl, CtrlCStopsTheReplyAndReturnsToThePrompt) {
-  // No token limit and a long context: the reply would run for thousands of tokens.
+  // No token limit and a long context: the reply would run for thousands of
+  // tokens.
   std::vector<std::string> argv = repl_argv("-1", "4096");
   argv.push_back("--ignore-eos");
   Terminal term(argv);
@@ -510,5 +566,5 @@ TEST(InferRepl, CtrlCStopsTheReplyAndReturnsToThePrompt) {
   EXPECT_EQ(term.wait_exit(), 0) << term.screen();
 }
 
-}  // namespace
-}  // namespace kuiper
+} // namespace
+} // namespace kuiper

@@ -201,16 +201,6 @@ const test::Golden& tiny_golden() {
 // The chat prompt "Hello! Who are you?" with the chat template applied.
 const std::vector<int32_t>& chat_ids() { return tiny_golden().at("chat.ids").i32; }
 
-// The greedy continuation (16 tokens) transformers produces from chat.ids. The golden's own
-// chat.greedy does not follow from chat.ids; see test/data/fixture_chat_greedy.json.
-std::vector<int32_t> recorded_chat_greedy() {
-  std::ifstream in(test::test_data_dir() + "/fixture_chat_greedy.json");
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  EXPECT_TRUE(j.is_object() && j.contains("qwen3-tiny")) << "fixture_chat_greedy.json";
-  return j.is_object() && j.contains("qwen3-tiny") ? j["qwen3-tiny"].get<std::vector<int32_t>>()
-                                                   : std::vector<int32_t>();
-}
-
 // The qwen3-tiny fixture on the CPU in fp32, with its tokenizer and chat template.
 struct TinyModel {
   std::unique_ptr<Model> model;
@@ -258,7 +248,7 @@ TEST(Generator, GreedyContinuationMatchesTheGolden) {
     std::vector<int32_t> want = tiny_golden().at(prompt + ".greedy").i32;
     std::vector<float> margin = tiny_golden().at(prompt + ".greedy_margin").f32;
     if (prompt == "chat") {
-      want = recorded_chat_greedy();
+      want = test::recorded_chat_greedy("qwen3-tiny");
       margin.assign(want.size(), 1.0f);  // no margins recorded: every step is compared
     }
     ASSERT_EQ(margin.size(), want.size());

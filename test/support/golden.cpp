@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <numeric>
+
+#include <nlohmann/json.hpp>
 
 #include "kuiper/model/safetensors.h"
 #include "support/paths.h"
@@ -44,6 +47,14 @@ const GoldenTensor& Golden::at(const std::string& name) const {
     return empty;
   }
   return it->second;
+}
+
+std::vector<int32_t> recorded_chat_greedy(const std::string& fixture) {
+  std::ifstream in(test_data_dir() + "/fixture_chat_greedy.json");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const bool found = j.is_object() && j.contains(fixture) && j[fixture].is_array();
+  EXPECT_TRUE(found) << "fixture_chat_greedy.json has no " << fixture;
+  return found ? j[fixture].get<std::vector<int32_t>>() : std::vector<int32_t>();
 }
 
 double relative_max_error(const float* a, const float* b, size_t n) {
