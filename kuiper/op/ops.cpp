@@ -159,6 +159,37 @@ Status argmax(const Tensor& logits, Tensor& out) {
   KUIPER_DISPATCH(logits.device(), argmax(logits, out));
 }
 
+Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& params,
+              double uniform, SampleWorkspace& workspace, Tensor& out) {
+  if (!logits.defined() || logits.dtype() != DataType::kFp32 || logits.numel() == 0 ||
+      logits.numel() != logits.dim(-1) || logits.numel() > INT32_MAX) {
+    return fail("sample", "logits must be one non-empty fp32 row, not " +
+                              (logits.defined() ? logits.describe() : "undefined tensor"));
+  }
+  if (!out.defined() || out.dtype() != DataType::kInt32 || out.numel() != 1) {
+    return fail("sample", "out must be int32[1], not " +
+                              (out.defined() ? out.describe() : "undefined tensor"));
+  }
+  KUIPER_RETURN_IF_ERROR(same_device("sample", {&logits, &out}));
+  if (recent.defined()) {
+    KUIPER_RETURN_IF_ERROR(same_device("sample", {&logits, &recent}));
+    if (recent.dtype() != DataType::kInt32) return fail("sample", "bad recent " + recent.describe());
+  }
+  if (!(params.temperature >= 0.0f) || params.top_k < 0 ||
+      !(params.top_p > 0.0f && params.top_p <= 1.0f) ||
+      !(params.min_p >= 0.0f && params.min_p <= 1.0f) || !(params.repeat_penalty > 0.0f) ||
+      !(uniform >= 0.0 && uniform < 1.0)) {
+    return fail("sample", "parameters out of range");
+  }
+#ifdef KUIPER_WITH_CUDA
+  if (logits.device() == DeviceType::kCuda) {
+    return cuda::sample(logits, recent, params, uniform, workspace, out);
+  }
+#endif
+  cpu::sample(logits, recent, params, uniform, out);
+  return Status::Ok();
+}
+
 Status fill_random(Tensor& t, uint64_t seed, float scale, float offset) {
   if (!t.defined() || !is_float(t.dtype())) {
     return fail("fill_random", "cannot fill " + (t.defined() ? t.describe() : "undefined tensor"));

@@ -6,6 +6,8 @@
 // stores them; every reduction accumulates in fp32. Outputs may alias inputs where noted.
 #pragma once
 
+#include <vector>
+
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper::op {
@@ -42,6 +44,38 @@ Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
 Status argmax(const Tensor& logits, Tensor& out);
+
+// The sampling warpers in the order they apply (the runtime's SamplingParams less the window and
+// the seed, which stay on the host).
+struct SampleParams {
+  float temperature = 0.0f;     // 0: greedy arg-max
+  int32_t top_k = 0;            // 0 keeps all
+  float top_p = 1.0f;           // 1 keeps all
+  float min_p = 0.0f;           // 0 keeps all
+  float repeat_penalty = 1.0f;  // 1 is off
+};
+
+struct TokenProbability {
+  int32_t id = 0;
+  float probability = 0.0f;
+};
+
+// Device scratch of op::sample, owned by the caller and kept across steps: the kernel sizes it
+// on first use for a vocabulary and reuses it after, so a decode step allocates nothing (and can
+// be captured in a graph later). The CPU kernel does not use it.
+struct SampleWorkspace {
+  Tensor keys, ids;                // warped logits and their ids, [V]
+  Tensor sorted_keys, sorted_ids;  // the same, most likely first
+  Tensor sort_temp;                // CUB's radix-sort scratch
+};
+
+// The next token of a row of logits (fp32 [V]): every distinct id of `recent` (int32 [n] on the
+// logits' device, may be empty) gets the repetition penalty, then greedy arg-max at temperature
+// 0 or else temperature -> top-k -> top-p -> min-p and an inverse-CDF draw at `uniform` in
+// [0, 1) over the renormalised kept probabilities. The draw comes from the caller so the CPU and
+// the GPU pick the same token for the same random sequence. out: int32 [1] on the logits' device.
+Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& params,
+              double uniform, SampleWorkspace& workspace, Tensor& out);
 
 // Fills t (fp32/fp16/bf16) with offset + scale * u, u uniform in [-1, 1) from a hash of
 // (seed, element index): the same values on every device, so a random-weight model on the GPU

@@ -43,7 +43,7 @@ Generator::Generator(Model& model, Tokenizer tokenizer)
   }
 }
 
-Result<const float*> Generator::forward(const std::vector<int32_t>& ids) {
+Result<Tensor> Generator::forward(const std::vector<int32_t>& ids) {
   const int64_t start = static_cast<int64_t>(cached_.size());
   Result<Tensor> logits = model_.forward(ids, start, false);
   if (!logits.ok()) {
@@ -52,12 +52,7 @@ Result<const float*> Generator::forward(const std::vector<int32_t>& ids) {
     return logits.status();
   }
   cached_.insert(cached_.end(), ids.begin(), ids.end());
-  if (logits->device() == DeviceType::kCpu) return logits->data<float>();
-  if (!host_logits_.defined() || host_logits_.shape() != logits->shape()) {
-    KUIPER_ASSIGN_OR_RETURN(host_logits_, Tensor::empty(logits->shape(), DataType::kFp32));
-  }
-  KUIPER_RETURN_IF_ERROR(host_logits_.copy_from(*logits));
-  return host_logits_.data<float>();
+  return logits;
 }
 
 Result<Generation> Generator::generate(const std::vector<int32_t>& prompt,
@@ -89,10 +84,9 @@ Result<Generation> Generator::generate(const std::vector<int32_t>& prompt,
   stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   stats.prefilled_tokens = static_cast<int64_t>(fresh.size());
   const Clock::time_point t_prefill = Clock::now();
-  KUIPER_ASSIGN_OR_RETURN(const float* logits, forward(fresh));
+  KUIPER_ASSIGN_OR_RETURN(Tensor logits, forward(fresh));
   stats.prefill_seconds = seconds_between(t_prefill, Clock::now());
 
-  const int64_t vocab = model_.config().vocab_size;
   std::vector<int32_t> history = prompt;
   StreamDecoder decoder(tokenizer_);
   StopStrings stops(options.stop);
@@ -109,7 +103,7 @@ Result<Generation> Generator::generate(const std::vector<int32_t>& prompt,
       out.finish = FinishReason::kInterrupted;
       break;
     }
-    const int32_t id = sampler.sample(logits, vocab, history);
+    KUIPER_ASSIGN_OR_RETURN(const int32_t id, sampler.sample(logits, history));
     if (first) {
       first = false;
       t_first = Clock::now();

@@ -70,14 +70,14 @@ class Generator {
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
 
  private:
-  // Runs `ids` at the end of the cache and returns the last position's logits on the host.
-  Result<const float*> forward(const std::vector<int32_t>& ids);
+  // Runs `ids` at the end of the cache and returns the last position's logits, on the model's
+  // device: the sampler runs there, so a GPU step copies back only the chosen token.
+  Result<Tensor> forward(const std::vector<int32_t>& ids);
 
   Model& model_;
   Tokenizer tokenizer_;
   std::unordered_set<int32_t> end_tokens_;
   std::vector<int32_t> cached_;
-  Tensor host_logits_;  // the logits copied off the device when the model is not on the CPU
 };
 
 }  // namespace kuiper

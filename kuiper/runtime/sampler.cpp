@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <unordered_set>
+
+#include "kuiper/op/kernels/cpu/cpu_kernels.h"
 
 namespace kuiper {
 
@@ -37,14 +38,8 @@ Status validate_sampling(const SamplingParams& p) {
 
 void apply_repetition_penalty(float penalty, const std::vector<int32_t>& recent,
                               std::vector<float>* logits) {
-  const int64_t vocab = static_cast<int64_t>(logits->size());
-  std::unordered_set<int32_t> seen;
-  for (int32_t id : recent) {
-    // A token is penalised once however often it repeats, as Hugging Face's gather/scatter does.
-    if (id < 0 || id >= vocab || !seen.insert(id).second) continue;
-    float& v = (*logits)[static_cast<size_t>(id)];
-    v = v > 0.0f ? v / penalty : v * penalty;
-  }
+  cpu::repetition_penalty(penalty, recent.data(), static_cast<int64_t>(recent.size()),
+                          logits->data(), static_cast<int64_t>(logits->size()));
 }
 
 Result<Sampler> Sampler::create(const SamplingParams& params) {
@@ -52,18 +47,25 @@ Result<Sampler> Sampler::create(const SamplingParams& params) {
   return Sampler(params);
 }
 
-const float* Sampler::penalised(const float* logits, int64_t vocab,
-                                const std::vector<int32_t>& history) {
-  if (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0 || history.empty()) {
-    return logits;
-  }
-  scratch_.assign(logits, logits + vocab);
+op::SampleParams Sampler::op_params() const {
+  return {params_.temperature, params_.top_k, params_.top_p, params_.min_p,
+          params_.repeat_penalty};
+}
+
+std::vector<int32_t> Sampler::recent(const std::vector<int32_t>& history) const {
+  if (params_.repeat_penalty == 1.0f || params_.repeat_last_n == 0) return {};
   const size_t window = params_.repeat_last_n < 0
                             ? history.size()
                             : std::min(history.size(), static_cast<size_t>(params_.repeat_last_n));
-  const std::vector<int32_t> recent(history.end() - static_cast<std::ptrdiff_t>(window),
-                                    history.end());
-  apply_repetition_penalty(params_.repeat_penalty, recent, &scratch_);
+  return std::vector<int32_t>(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
+}
+
+const float* Sampler::penalised(const float* logits, int64_t vocab,
+                                const std::vector<int32_t>& history) {
+  const std::vector<int32_t> ids = recent(history);
+  if (ids.empty()) return logits;
+  scratch_.assign(logits, logits + vocab);
+  apply_repetition_penalty(params_.repeat_penalty, ids, &scratch_);
   return scratch_.data();
 }
 
@@ -75,63 +77,7 @@ double Sampler::uniform() {
 
 std::vector<TokenProbability> Sampler::candidates(const float* logits, int64_t vocab,
                                                   const std::vector<int32_t>& history) {
-  const float* scores = penalised(logits, vocab, history);
-  const float inv_temperature = greedy() ? 1.0f : 1.0f / params_.temperature;
-
-  struct Scored {
-    int32_t id;
-    float logit;
-  };
-  std::vector<Scored> pool(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) {
-    pool[static_cast<size_t>(i)] = {static_cast<int32_t>(i), scores[i] * inv_temperature};
-  }
-  // Most likely first; equal logits keep the lower id first so results do not depend on the
-  // sort's internals.
-  auto more_likely = [](const Scored& a, const Scored& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
-  size_t keep = pool.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < pool.size()) {
-    keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(keep), pool.end(),
-                      more_likely);
-    pool.resize(keep);
-  } else {
-    std::sort(pool.begin(), pool.end(), more_likely);
-  }
-
-  std::vector<TokenProbability> out(pool.size());
-  const float top = pool.front().logit;
-  double total = 0.0;
-  for (size_t i = 0; i < pool.size(); ++i) {
-    const double e = std::exp(static_cast<double>(pool[i].logit - top));
-    out[i] = {pool[i].id, static_cast<float>(e)};
-    total += e;
-  }
-  for (TokenProbability& c : out) c.probability = static_cast<float>(c.probability / total);
-
-  if (params_.top_p < 1.0f) {
-    // The smallest prefix whose mass reaches top_p, the token crossing the line included.
-    double mass = 0.0;
-    size_t n = 0;
-    while (n < out.size()) {
-      mass += out[n].probability;
-      ++n;
-      if (mass >= params_.top_p) break;
-    }
-    out.resize(n);
-  }
-  if (params_.min_p > 0.0f) {
-    const float floor = params_.min_p * out.front().probability;
-    size_t n = 1;
-    while (n < out.size() && out[n].probability >= floor) ++n;
-    out.resize(n);
-  }
-  double kept = 0.0;
-  for (const TokenProbability& c : out) kept += c.probability;
-  for (TokenProbability& c : out) c.probability = static_cast<float>(c.probability / kept);
-  return out;
+  return cpu::sample_candidates(penalised(logits, vocab, history), vocab, op_params());
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {
@@ -139,14 +85,37 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
     const float* scores = penalised(logits, vocab, history);
     return static_cast<int32_t>(std::max_element(scores, scores + vocab) - scores);
   }
-  const std::vector<TokenProbability> pool = candidates(logits, vocab, history);
-  const double u = uniform();
-  double mass = 0.0;
-  for (const TokenProbability& c : pool) {
-    mass += c.probability;
-    if (u < mass) return c.id;
+  return cpu::draw(candidates(logits, vocab, history), uniform());
+}
+
+Result<int32_t> Sampler::sample(const Tensor& logits, const std::vector<int32_t>& history) {
+  const DeviceType device = logits.device();
+  std::vector<int32_t> ids = recent(history);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  Tensor recent_ids;
+  if (n > 0) {
+    if (!recent_.defined() || recent_.device() != device || recent_.numel() < n) {
+      // Room for the whole window (or twice what is needed when it is unbounded) so the buffer
+      // is allocated once in the common case.
+      const int64_t capacity = std::max<int64_t>(n, params_.repeat_last_n > 0
+                                                        ? params_.repeat_last_n
+                                                        : 2 * n);
+      KUIPER_ASSIGN_OR_RETURN(recent_, Tensor::empty({capacity}, DataType::kInt32, device));
+    }
+    recent_ids = recent_.rows(0, n);
+    KUIPER_RETURN_IF_ERROR(
+        recent_ids.copy_from(Tensor::view(ids.data(), {n}, DataType::kInt32, DeviceType::kCpu)));
   }
-  return pool.back().id;  // u fell in the rounding gap at the top of the distribution
+  if (!token_.defined() || token_.device() != device) {
+    KUIPER_ASSIGN_OR_RETURN(token_, Tensor::empty({1}, DataType::kInt32, device));
+  }
+  // Drawn only when not greedy, as the host path does, so both consume the same sequence.
+  const double u = greedy() ? 0.0 : uniform();
+  KUIPER_RETURN_IF_ERROR(op::sample(logits, recent_ids, op_params(), u, workspace_, token_));
+  int32_t id = 0;
+  KUIPER_RETURN_IF_ERROR(
+      Tensor::view(&id, {1}, DataType::kInt32, DeviceType::kCpu).copy_from(token_));
+  return id;
 }
 
 }  // namespace kuiper

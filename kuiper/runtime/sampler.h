@@ -1,6 +1,8 @@
 // Next-token sampling from a row of logits: repetition penalty, then greedy arg-max or, with a
 // temperature, the Hugging Face warper chain (temperature -> top-k -> top-p -> min-p) and a
-// draw from a seeded generator, so the same seed gives the same tokens.
+// draw from a seeded generator, so the same seed gives the same tokens. The warpers run where the
+// logits are (op::sample); the draw's uniform number always comes from the host generator, so a
+// model on the GPU samples the same tokens as on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "kuiper/base/status.h"
+#include "kuiper/op/ops.h"
 
 namespace kuiper {
 
@@ -31,10 +34,7 @@ Status validate_sampling(const SamplingParams& params);
 void apply_repetition_penalty(float penalty, const std::vector<int32_t>& recent,
                               std::vector<float>* logits);
 
-struct TokenProbability {
-  int32_t id = 0;
-  float probability = 0.0f;
-};
+using TokenProbability = op::TokenProbability;
 
 class Sampler {
  public:
@@ -46,6 +46,9 @@ class Sampler {
   // The next token given the logits of the last position and the tokens so far (prompt and
   // generated, oldest first; the repetition penalty reads its tail).
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
+  // The same for an fp32 [V] row on any device: on the GPU only the recent ids go up and the
+  // 4-byte token comes back.
+  Result<int32_t> sample(const Tensor& logits, const std::vector<int32_t>& history);
 
   // The tokens a non-greedy draw chooses among after the penalty and the warpers, most likely
   // first, with their renormalised probabilities.
@@ -54,13 +57,20 @@ class Sampler {
 
  private:
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  // The tail of `history` the repetition penalty reads; empty when the penalty is off.
+  std::vector<int32_t> recent(const std::vector<int32_t>& history) const;
   // The logits after the repetition penalty; points into `logits` when there is no penalty.
   const float* penalised(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
   double uniform();  // [0, 1), the same sequence on every platform for one seed
+  op::SampleParams op_params() const;
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;
+  // Device-side state of the tensor path, allocated on the first GPU step and reused after.
+  op::SampleWorkspace workspace_;
+  Tensor recent_;  // int32, capacity for the window; its first n rows are this step's ids
+  Tensor token_;   // int32 [1] on the logits' device
 };
 
 }  // namespace kuiper

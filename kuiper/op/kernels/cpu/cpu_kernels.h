@@ -2,6 +2,9 @@
 // Arguments are validated by kuiper/op/ops.cpp before these run.
 #pragma once
 
+#include <vector>
+
+#include "kuiper/op/ops.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper::cpu {
@@ -15,6 +18,18 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 void argmax(const Tensor& logits, Tensor& out);
 void fill_random(Tensor& t, uint64_t seed, float scale, float offset);
+void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
+            double uniform, Tensor& out);
+// The pieces of sample, on plain arrays, for the runtime's host Sampler (the reference the GPU
+// kernel is tested against). repetition_penalty penalises each distinct id of recent[n] once.
+void repetition_penalty(float penalty, const int32_t* recent, int64_t n, float* logits,
+                        int64_t vocab);
+// The tokens a non-greedy draw chooses among (no penalty applied here), most likely first, with
+// their renormalised probabilities.
+std::vector<op::TokenProbability> sample_candidates(const float* logits, int64_t vocab,
+                                                    const op::SampleParams& params);
+// The inverse-CDF draw at uniform in [0, 1) over candidates whose probabilities sum to 1.
+int32_t draw(const std::vector<op::TokenProbability>& candidates, double uniform);
 // Exact causal GQA softmax attention; see AttentionArgs for the layout.
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, Tensor& out,
                int64_t start);

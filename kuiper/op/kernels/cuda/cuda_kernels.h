@@ -3,6 +3,7 @@
 // and its launch status is checked and returned.
 #pragma once
 
+#include "kuiper/op/ops.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper::cuda {
@@ -16,5 +17,7 @@ Status add(const Tensor& a, const Tensor& b, Tensor& out);
 Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 Status argmax(const Tensor& logits, Tensor& out);
 Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
+Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
+              double uniform, op::SampleWorkspace& workspace, Tensor& out);
 
 }  // namespace kuiper::cuda
