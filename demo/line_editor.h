@@ -27,6 +27,7 @@ class LineEditor {
 
  private:
   static char* prompt_callback(editline* el);
+  static int read_char(editline* el, wchar_t* out);
 
   editline* el_ = nullptr;
   history* history_ = nullptr;

@@ -186,6 +186,7 @@ Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& pa
     return cuda::sample(logits, recent, params, uniform, workspace, out);
   }
 #endif
+  (void)workspace;  // the CPU kernel sorts in place and needs none
   cpu::sample(logits, recent, params, uniform, out);
   return Status::Ok();
 }
