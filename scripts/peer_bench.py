@@ -157,6 +157,14 @@ def bench_hf(torch, args):
     finally:
         torch.set_default_dtype(old)
     model.eval()
+    # Random values everywhere (whatever the constructor left: speed can depend on the data
+    # through clocks and power, so no zeros): matrices N(0, 0.02), norm weights near 1.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.9, 1.1)
+            else:
+                p.normal_(0.0, 0.02)
     try:
         model.config._attn_implementation = "eager"
     except Exception:  # noqa: BLE001

@@ -56,8 +56,8 @@ git status --short --untracked-files=no 2>/dev/null | sed 's/^/modified: /' | te
 
 bench="./$BUILD/bin/kuiper-bench"
 status=0
-step() {  # step NAME CAP RESERVE command...
-  local name=$1 cap=$2 reserve=$3
+step() {  # step NAME CAP RESERVE command... (RESERVE is for a 540 s budget; scaled to BUDGET)
+  local name=$1 cap=$2 reserve=$(( $3 * BUDGET / 540 ))
   shift 3
   local t=$(left "$cap" "$reserve")
   log "$name (timeout ${t}s): $*"

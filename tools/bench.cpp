@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -106,6 +107,12 @@ using nlohmann::json;
 #ifdef KUIPER_WITH_CUDA
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The Status of a Result: Ok when it holds a value (Result::status() is meant for failures).
+template <typename T>
+Status status_of(const Result<T>& r) {
+  return r.ok() ? Status::Ok() : r.status();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -311,9 +318,11 @@ struct ModelSetup {
 };
 
 // The sweep a model-mode run does for one attention kind.
+// `flush` is called after every measurement (the JSON file is rewritten, so a run cut short
+// keeps what it measured).
 Status bench_model(const std::string& kind, const ModelSetup& setup,
                    const std::vector<int64_t>& contexts, const std::vector<int64_t>& lengths,
-                   Report* report) {
+                   Report* report, const std::function<Status()>& flush) {
   const kuiper::ModelConfig& c = setup.config;
   const size_t elem = kuiper::dtype_size(setup.activation);
   const bool sweep = !contexts.empty() || !lengths.empty();
@@ -465,7 +474,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
       const double fill_s = seconds_since(t0);
       fill_total += fill_s;
       filled = ctx;
-      KUIPER_RETURN_IF_ERROR(decode_steps(ctx, 2).status());  // warm-up (and graph capture)
+      KUIPER_RETURN_IF_ERROR(status_of(decode_steps(ctx, 2)));  // warm-up (and graph capture)
       KUIPER_ASSIGN_OR_RETURN(double decode_s, repeated([&] { return decode_steps(ctx, FLAGS_gen); }));
       const double step_s = decode_s / FLAGS_gen;
       const double bytes = decode_bytes(c, elem, ctx + FLAGS_gen / 2.0);
@@ -484,6 +493,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
                                     {"decode_pct_of_copy", 100.0 * gbs / setup.copy_gbs},
                                     {"ceiling_tok_s", setup.copy_gbs * 1e9 / bytes},
                                     {"fill_s", fill_s}});
+      KUIPER_RETURN_IF_ERROR(flush());
     }
     KUIPER_CUDA_CHECK(cudaDeviceSynchronize());
     const kuiper::cuda::MemoryStats mem = kuiper::cuda::memory_stats();
@@ -500,6 +510,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
                                   {"excess_gib", (peak - weights - kv) / kGiB},
                                   {"reserved_gib", static_cast<double>(mem.reserved) / kGiB},
                                   {"device_used_gib", device_used_gib()}});
+    KUIPER_RETURN_IF_ERROR(flush());
   }
 
   // Prefill vs prompt length, each from position 0.
@@ -527,7 +538,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
     };
     // Warm-up (workspace growth, cuBLAS heuristics for the shape) unless runs are long enough
     // for it not to matter.
-    if (prev_s < 2.0) KUIPER_RETURN_IF_ERROR(once().status());
+    if (prev_s < 2.0) KUIPER_RETURN_IF_ERROR(status_of(once()));
     KUIPER_ASSIGN_OR_RETURN(double s, repeated(once));
     const double flops = prefill_flops(c, len);
     const double attn = c.num_layers * causal_attention_flops(c.num_heads, c.head_dim, 0, len);
@@ -542,6 +553,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
                                    {"pct_of_peak", 100.0 * flops / s / 1e12 / FLAGS_peak_tflops}});
     prev_s = s;
     prev_len = len;
+    KUIPER_RETURN_IF_ERROR(flush());
   }
   if (!lengths.empty()) {
     const kuiper::cuda::MemoryStats mem = kuiper::cuda::memory_stats();
@@ -576,11 +588,11 @@ Result<double> time_on_stream(Call&& call) {
   const int batches = static_cast<int>(
       std::clamp(std::ceil(0.5 / std::max(per_call * inner, 1e-7)), 3.0, 25.0));
   std::vector<double> seconds;
-  Status status = first.status();
+  Status status = status_of(first);
   for (int b = 0; b < batches && status.ok(); ++b) {
     Result<double> s = batch(inner);
     if (s.ok()) seconds.push_back(*s);
-    status = s.status();
+    status = status_of(s);
   }
   (void)cudaEventDestroy(start);
   (void)cudaEventDestroy(stop);
@@ -824,6 +836,16 @@ Status write_json(const json& doc) {
   return Status::Ok();
 }
 
+void fill(json* doc, const Report& report) {
+  (*doc)["decode"] = report.decode;
+  (*doc)["prefill"] = report.prefill;
+  (*doc)["memory"] = report.memory;
+  (*doc)["runs"] = report.runs;
+  (*doc)["attention"] = report.attention;
+  (*doc)["matmul"] = report.matmul;
+  (*doc)["skipped"] = report.skipped;
+}
+
 Status run(const std::string& command) {
   if (!kuiper::cuda_available()) return Status::Error("kuiper-bench needs a usable CUDA GPU");
   KUIPER_ASSIGN_OR_RETURN(DataType stored, kuiper::parse_dtype(FLAGS_dtype));
@@ -861,6 +883,10 @@ Status run(const std::string& command) {
     for (const std::string& kind : kinds) {
       KUIPER_ASSIGN_OR_RETURN(json r, bench_attention(kind, activation, copy_gbs));
       for (const json& row : r) report.attention.push_back(row);
+      if (!FLAGS_json.empty() && FLAGS_json != "-") {  // partial results, as in model mode
+        fill(&doc, report);
+        KUIPER_RETURN_IF_ERROR(write_json(doc));
+      }
     }
   } else {
     if (FLAGS_config.empty() == FLAGS_model.empty()) {
@@ -887,18 +913,18 @@ Status run(const std::string& command) {
     doc["weights_bytes"] = weight_bytes(setup.config, elem);
     doc["decode_bytes_context_0"] = decode_bytes(setup.config, elem, 0);
     doc["ceiling_tok_s_context_0"] = copy_gbs * 1e9 / decode_bytes(setup.config, elem, 0);
+    // Partial results go to the file as they come (not to stdout, which gets the JSON once).
+    auto flush = [&]() -> Status {
+      if (FLAGS_json.empty() || FLAGS_json == "-") return Status::Ok();
+      fill(&doc, report);
+      return write_json(doc);
+    };
     for (const std::string& kind : kinds) {
-      const Status s = bench_model(kind, setup, contexts, lengths, &report);
+      const Status s = bench_model(kind, setup, contexts, lengths, &report, flush);
       if (!s.ok()) return s.With(kind);
     }
   }
-  doc["decode"] = report.decode;
-  doc["prefill"] = report.prefill;
-  doc["memory"] = report.memory;
-  doc["runs"] = report.runs;
-  doc["attention"] = report.attention;
-  doc["matmul"] = report.matmul;
-  doc["skipped"] = report.skipped;
+  fill(&doc, report);
   if (FLAGS_json != "-") print_tables(report, copy_gbs);
   if (!FLAGS_json.empty()) KUIPER_RETURN_IF_ERROR(write_json(doc));
   return Status::Ok();
