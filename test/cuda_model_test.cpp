@@ -149,6 +149,39 @@ TEST(CudaModel, RandomModelMatchesCpu) {
   }
 }
 
+// A prompt run in chunks (the cache carrying the earlier ones) gives the logits of the whole
+// prompt at once, on the CPU and on the GPU, every row and the last row alone.
+TEST(ModelChunking, ChunkedPrefillMatchesWholePrompt) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 23; ++i) prompt.push_back((i * 37 + 5) % 300);
+  for (DeviceType dev : {DeviceType::kCpu, DeviceType::kCuda}) {
+    if (dev == DeviceType::kCuda && !cuda_available()) continue;
+    for (Architecture arch : {Architecture::kQwen3, Architecture::kQwen2}) {
+      SCOPED_TRACE(std::string(device_name(dev)) + " " + architecture_name(arch));
+      ModelOptions o = gpu_options(AttentionKind::kFlash2, DataType::kFp32, false);
+      o.device = dev;
+      o.prefill_chunk = 0;
+      Result<std::unique_ptr<Model>> whole = Model::random(small_config(arch), o);
+      ASSERT_TRUE(whole.ok()) << whole.status().message();
+      o.prefill_chunk = 5;  // 4 chunks of 5 and one of 3
+      Result<std::unique_ptr<Model>> chunked = Model::random(small_config(arch), o);
+      ASSERT_TRUE(chunked.ok()) << chunked.status().message();
+      for (bool all : {true, false}) {
+        Result<Tensor> a = (*whole)->forward(prompt, 0, all);
+        ASSERT_TRUE(a.ok()) << a.status().message();
+        Result<std::vector<float>> av = host_floats(*a);
+        ASSERT_TRUE(av.ok());
+        Result<Tensor> b = (*chunked)->forward(prompt, 0, all);
+        ASSERT_TRUE(b.ok()) << b.status().message();
+        Result<std::vector<float>> bv = host_floats(*b);
+        ASSERT_TRUE(bv.ok());
+        ASSERT_EQ(av->size(), bv->size());
+        EXPECT_LE(max_abs_diff(*av, *bv), 1e-4) << (all ? "all rows" : "last row");
+      }
+    }
+  }
+}
+
 TEST(CudaModel, RefusesGraphOnCpu) {
   ModelOptions o;
   o.cuda_graph = true;

@@ -240,6 +240,91 @@ TEST(CudaOps, MatmulAllTypesAndShapes) {
   }
 }
 
+// The fused GEMV forms of op::linear against the CPU composition (rmsnorm, matmul, swiglu, add)
+// on random inputs: one row (the fused GEMV) and several (the GPU composition), vectorised and
+// scalar K, an odd N, every weight type, with and without bias.
+TEST(CudaOps, LinearFusedForms) {
+  SKIP_WITHOUT_CUDA();
+  struct Shape {
+    int64_t T, K, N;
+  };
+  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45}, {1, 4096, 129}, {1, 12288, 64},
+                          {5, 256, 96}};
+  for (const Shape& s : shapes) {
+    for (DataType act : kActivations) {
+      for (DataType w_t : kFloatTypes) {
+        for (int form = 0; form < 3; ++form) {  // norm, norm + swiglu, residual
+          const bool norm = form != 2, swiglu = form == 1, residual = form == 2;
+          for (bool with_bias : {false, true}) {
+            SCOPED_TRACE("T" + std::to_string(s.T) + " K" + std::to_string(s.K) + " N" +
+                         std::to_string(s.N) + " x " + dtype_name(act) + " w " +
+                         dtype_name(w_t) + (norm ? " norm" : "") + (swiglu ? " swiglu" : "") +
+                         (residual ? " residual" : "") + (with_bias ? " +bias" : ""));
+            const int64_t rows = swiglu ? 2 * s.N : s.N;
+            Tensor x = random_host({s.T, s.K}, act, 2.0f);
+            Tensor w = random_host({rows, s.K}, w_t, 1.0f / std::sqrt(static_cast<float>(s.K)));
+            Tensor bias = random_host({rows}, w_t, 0.5f);
+            Tensor gamma = random_host({s.K}, w_t, 0.5f, 1.0f);
+            Tensor start = random_host({s.T, s.N}, act);
+            op::LinearOptions o;
+            o.norm = norm ? &gamma : nullptr;
+            o.eps = 1e-6;
+            o.bias = with_bias ? &bias : nullptr;
+            o.swiglu = swiglu;
+            o.residual = residual;
+            Tensor ref = *start.to(DeviceType::kCpu);
+            ASSERT_OK(op::linear(x, w, o, ref));
+
+            Tensor dbias = to_device(bias, w_t), dgamma = to_device(gamma, w_t);
+            o.norm = norm ? &dgamma : nullptr;
+            o.bias = with_bias ? &dbias : nullptr;
+            Tensor out = residual ? to_device(start, act) : poisoned({s.T, s.N}, act);
+            ASSERT_OK(op::linear(to_device(x, act), to_device(w, w_t), o, out));
+            // fp16: the normalised x is rounded to fp16 on both sides, so a product that lands
+            // near a rounding boundary can differ by an fp16 ulp of x times |w|.
+            EXPECT_LE(rel_error(to_host_fp32(out), ref), act == DataType::kFp32 ? 1e-4 : 4e-3);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaOps, QkNormRopeCacheMatchesUnfusedOps) {
+  SKIP_WITHOUT_CUDA();
+  for (int64_t d : {128, 64, 6}) {
+    for (DataType act : kActivations) {
+      for (bool with_norm : {true, false}) {
+        SCOPED_TRACE("head_dim " + std::to_string(d) + ", " + dtype_name(act) +
+                     (with_norm ? ", qk norm" : ""));
+        const int64_t T = 4, Hq = 6, Hkv = 2, rows = 50;
+        std::vector<int32_t> pos = {3, 0, 49, 17};
+        Tensor positions = Tensor::view(pos.data(), {T}, DataType::kInt32, DeviceType::kCpu);
+        Tensor q = random_host({T, Hq, d}, act, 2.0f), k = random_host({T, Hkv, d}, act, 2.0f);
+        Tensor v = random_host({T, Hkv * d}, act);
+        Tensor qn = random_host({d}, act, 0.5f, 1.0f), kn = random_host({d}, act, 0.5f, 1.0f);
+        Tensor kc = random_host({rows, Hkv * d}, act), vc = random_host({rows, Hkv * d}, act);
+        Tensor rq = *q.to(DeviceType::kCpu), rk = *k.to(DeviceType::kCpu);
+        Tensor rkc = *kc.to(DeviceType::kCpu), rvc = *vc.to(DeviceType::kCpu);
+        ASSERT_OK(op::qk_norm_rope_cache(rq, rk, v, with_norm ? &qn : nullptr,
+                                         with_norm ? &kn : nullptr, 1e-6, positions, 1e6, rkc,
+                                         rvc));
+        Tensor dq = to_device(q, act), dk = to_device(k, act);
+        Tensor dkc = to_device(kc, act), dvc = to_device(vc, act);
+        Tensor dqn = to_device(qn, act), dkn = to_device(kn, act);
+        ASSERT_OK(op::qk_norm_rope_cache(dq, dk, to_device(v, act), with_norm ? &dqn : nullptr,
+                                         with_norm ? &dkn : nullptr, 1e-6,
+                                         *positions.to(DeviceType::kCuda), 1e6, dkc, dvc));
+        const double tol = act == DataType::kFp32 ? 1e-5 : 2e-3;
+        EXPECT_LE(rel_error(to_host_fp32(dq), rq), tol);
+        EXPECT_LE(rel_error(to_host_fp32(dk), rk), tol);
+        EXPECT_LE(rel_error(to_host_fp32(dkc), rkc), tol);
+        EXPECT_EQ(rel_error(to_host_fp32(dvc), rvc), 0.0);  // a copy
+      }
+    }
+  }
+}
+
 TEST(CudaOps, FillRandomSameBitsAsCpu) {
   SKIP_WITHOUT_CUDA();
   for (DataType t : kFloatTypes) {

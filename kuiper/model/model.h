@@ -22,6 +22,10 @@ struct ModelOptions {
   // Decode steps (one token) run as a CUDA graph captured at the first step and replayed at
   // every later one; the step's token and position are read from device memory. CUDA only.
   bool cuda_graph = false;
+  // Prompts longer than this run through the layers this many tokens at a time (the KV cache
+  // carries the earlier chunks), so prefill activations stay bounded by the chunk, not the
+  // prompt; 0: the whole prompt at once.
+  int64_t prefill_chunk = 2048;
 };
 
 class Model {

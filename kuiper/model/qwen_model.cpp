@@ -1,5 +1,6 @@
 #include "kuiper/model/qwen_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -279,31 +280,33 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap, int64_t logi
 Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t start) {
   const ModelConfig& c = config_;
   const double eps = c.rms_norm_eps;
-  Tensor x = ws.x.rows(0, T), h = ws.h.rows(0, T), o = ws.o.rows(0, T);
+  Tensor x = ws.x.rows(0, T), h = ws.h.rows(0, T);
   Tensor q = ws.q.rows(0, T), k = ws.k.rows(0, T), v = ws.v.rows(0, T);
   Tensor attn = ws.attn.rows(0, T), gate = ws.gate.rows(0, T), up = ws.up.rows(0, T);
   Tensor positions = ws.positions.rows(0, T);
 
-  KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
-  const bool stacked = T == 1 && L.qkv_proj.defined();  // see Layer
-  Tensor qkv = ws.qkv, gate_up = ws.gate_up;
+  // Decode on the GPU reads the stacked matrices (see Layer) through op::linear's fused forms:
+  // the RMSNorms ride in the GEMVs that follow them, SwiGLU in the gate/up GEMV and the residual
+  // adds in the o and down GEMVs. Prefill keeps the norms separate (cuBLAS GEMMs).
+  const bool stacked = T == 1 && L.qkv_proj.defined() && ws.qkv.defined();
   if (stacked) {
-    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.qkv_proj, c.qkv_bias ? &L.qkv_bias : nullptr, qkv));
+    op::LinearOptions qkv;
+    qkv.norm = &L.input_norm;
+    qkv.eps = eps;
+    qkv.bias = c.qkv_bias ? &L.qkv_bias : nullptr;
+    Tensor out = ws.qkv;
+    KUIPER_RETURN_IF_ERROR(op::linear(x, L.qkv_proj, qkv, out));
   } else {
+    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.q_proj, c.qkv_bias ? &L.q_bias : nullptr, q));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.k_proj, c.qkv_bias ? &L.k_bias : nullptr, k));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.v_proj, c.qkv_bias ? &L.v_bias : nullptr, v));
   }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
-  if (c.qk_norm) {
-    KUIPER_RETURN_IF_ERROR(op::rmsnorm(q_heads, L.q_norm, eps, q_heads));
-    KUIPER_RETURN_IF_ERROR(op::rmsnorm(k_heads, L.k_norm, eps, k_heads));
-  }
-  KUIPER_RETURN_IF_ERROR(op::rope(q_heads, positions, c.rope_theta));
-  KUIPER_RETURN_IF_ERROR(op::rope(k_heads, positions, c.rope_theta));
-  KUIPER_RETURN_IF_ERROR(op::kv_write(k, L.k_cache, positions));
-  KUIPER_RETURN_IF_ERROR(op::kv_write(v, L.v_cache, positions));
+  KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
+      q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
+      positions, c.rope_theta, L.k_cache, L.v_cache));
 
   op::AttentionArgs args;
   args.q = q_heads;
@@ -317,29 +320,41 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
   op::AttentionOp& attention = T == 1 ? *decode_attention_ : *prefill_attention_;
   KUIPER_RETURN_IF_ERROR(attention.forward(args));
 
-  KUIPER_RETURN_IF_ERROR(op::matmul(attn, L.o_proj, nullptr, o));
-  KUIPER_RETURN_IF_ERROR(op::add(x, o, x));
-  KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
+  op::LinearOptions residual;
+  residual.residual = true;
+  KUIPER_RETURN_IF_ERROR(op::linear(attn, L.o_proj, residual, x));
   if (stacked) {
-    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_up_proj, nullptr, gate_up));
+    op::LinearOptions mlp;
+    mlp.norm = &L.post_norm;
+    mlp.eps = eps;
+    mlp.swiglu = true;
+    KUIPER_RETURN_IF_ERROR(op::linear(x, L.gate_up_proj, mlp, gate));
   } else {
+    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_proj, nullptr, gate));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.up_proj, nullptr, up));
+    KUIPER_RETURN_IF_ERROR(op::swiglu(gate, up, gate));
   }
-  KUIPER_RETURN_IF_ERROR(op::swiglu(gate, up, gate));
-  KUIPER_RETURN_IF_ERROR(op::matmul(gate, L.down_proj, nullptr, o));
-  return op::add(x, o, x);
+  return op::linear(gate, L.down_proj, residual, x);
 }
 
-Status QwenModel::run_forward(const Workspace& ws, int64_t T, int64_t start,
-                              int64_t logit_rows) {
+Status QwenModel::run_forward(const Workspace& ws, int64_t T, int64_t start, int64_t logit_rows,
+                              int64_t logit_row0) {
   Tensor x = ws.x.rows(0, T);
   KUIPER_RETURN_IF_ERROR(op::embedding(embed_, ws.ids.rows(0, T), x));
   for (Layer& layer : layers_) KUIPER_RETURN_IF_ERROR(run_layer(layer, ws, T, start));
+  if (logit_rows == 0) return Status::Ok();
   const int64_t first = T - logit_rows;
-  Tensor last = ws.x.rows(first, logit_rows), normed = ws.h.rows(first, logit_rows);
+  Tensor last = ws.x.rows(first, logit_rows);
+  Tensor logits = ws.logits.rows(logit_row0, logit_rows);
+  if (logit_rows == 1) {  // the final norm rides in the lm_head GEMV
+    op::LinearOptions head;
+    head.norm = &final_norm_;
+    head.eps = config_.rms_norm_eps;
+    return op::linear(last, lm_head_, head, logits);
+  }
+  Tensor normed = ws.h.rows(first, logit_rows);
   KUIPER_RETURN_IF_ERROR(op::rmsnorm(last, final_norm_, config_.rms_norm_eps, normed));
-  Tensor logits = ws.logits.rows(0, logit_rows);
   return op::matmul(normed, lm_head_, nullptr, logits);
 }
 
@@ -393,26 +408,41 @@ Result<Tensor> QwenModel::forward(const std::vector<int32_t>& ids, int64_t start
     }
   }
   const int64_t logit_rows = all_logits ? T : 1;
-  if (T > 1 && (prefill_ws_.capacity < T || prefill_ws_.logits.dim(0) < logit_rows)) {
-    prefill_ws_ = Workspace();  // release the old buffers before allocating the larger ones
-    KUIPER_ASSIGN_OR_RETURN(prefill_ws_, make_workspace(T, logit_rows));
-  }
-  const Workspace& ws = T == 1 ? decode_ws_ : prefill_ws_;
-
   std::vector<int32_t> positions(static_cast<size_t>(T));
   std::iota(positions.begin(), positions.end(), static_cast<int32_t>(start));
-  Tensor host_ids = Tensor::view(const_cast<int32_t*>(ids.data()), {T}, DataType::kInt32,
-                                 DeviceType::kCpu);
-  Tensor host_pos = Tensor::view(positions.data(), {T}, DataType::kInt32, DeviceType::kCpu);
-  Tensor dev_ids = ws.ids.rows(0, T);
-  Tensor dev_pos = ws.positions.rows(0, T);
-  KUIPER_RETURN_IF_ERROR(dev_ids.copy_from(host_ids));
-  KUIPER_RETURN_IF_ERROR(dev_pos.copy_from(host_pos));
-
-  if (T == 1 && graph_ != nullptr) {
-    KUIPER_RETURN_IF_ERROR(run_decode_graph(start));
-  } else {
-    KUIPER_RETURN_IF_ERROR(run_forward(ws, T, start, logit_rows));
+  if (T == 1) {
+    Tensor host_ids = Tensor::view(const_cast<int32_t*>(ids.data()), {1}, DataType::kInt32,
+                                   DeviceType::kCpu);
+    Tensor host_pos = Tensor::view(positions.data(), {1}, DataType::kInt32, DeviceType::kCpu);
+    Tensor dev_ids = decode_ws_.ids.rows(0, 1), dev_pos = decode_ws_.positions.rows(0, 1);
+    KUIPER_RETURN_IF_ERROR(dev_ids.copy_from(host_ids));
+    KUIPER_RETURN_IF_ERROR(dev_pos.copy_from(host_pos));
+    if (graph_ != nullptr) {
+      KUIPER_RETURN_IF_ERROR(run_decode_graph(start));
+    } else {
+      KUIPER_RETURN_IF_ERROR(run_forward(decode_ws_, 1, start, 1));
+    }
+    return decode_ws_.logits.rows(0, 1);
+  }
+  // Prefill, options_.prefill_chunk tokens at a time: the workspace holds one chunk (plus every
+  // row's logits when all_logits), and each chunk attends to the cache the earlier ones wrote.
+  const int64_t chunk = options_.prefill_chunk > 0 ? std::min(options_.prefill_chunk, T) : T;
+  if (prefill_ws_.capacity < chunk || prefill_ws_.logits.dim(0) < logit_rows) {
+    prefill_ws_ = Workspace();  // release the old buffers before allocating the larger ones
+    KUIPER_ASSIGN_OR_RETURN(prefill_ws_, make_workspace(chunk, logit_rows));
+  }
+  const Workspace& ws = prefill_ws_;
+  for (int64_t c0 = 0; c0 < T; c0 += chunk) {
+    const int64_t n = std::min(chunk, T - c0);
+    Tensor host_ids = Tensor::view(const_cast<int32_t*>(ids.data()) + c0, {n}, DataType::kInt32,
+                                   DeviceType::kCpu);
+    Tensor host_pos = Tensor::view(positions.data() + c0, {n}, DataType::kInt32, DeviceType::kCpu);
+    Tensor dev_ids = ws.ids.rows(0, n), dev_pos = ws.positions.rows(0, n);
+    KUIPER_RETURN_IF_ERROR(dev_ids.copy_from(host_ids));
+    KUIPER_RETURN_IF_ERROR(dev_pos.copy_from(host_pos));
+    const bool last = c0 + n == T;
+    const int64_t rows = all_logits ? n : (last ? 1 : 0);
+    KUIPER_RETURN_IF_ERROR(run_forward(ws, n, start + c0, rows, all_logits ? c0 : 0));
   }
   return ws.logits.rows(0, logit_rows);
 }

@@ -57,9 +57,10 @@ class QwenModel : public Model {
   Status stack_projections();
   Result<Workspace> make_workspace(int64_t tokens, int64_t logit_rows) const;
   Status run_layer(Layer& layer, const Workspace& ws, int64_t T, int64_t start);
-  // Embedding, every layer and the logits of the last `logit_rows` tokens, all queued on the
-  // device; ids and positions are already in ws.
-  Status run_forward(const Workspace& ws, int64_t T, int64_t start, int64_t logit_rows);
+  // Embedding, every layer and the logits of the last `logit_rows` tokens (into logits rows
+  // logit_row0...), all queued on the device; ids and positions are already in ws.
+  Status run_forward(const Workspace& ws, int64_t T, int64_t start, int64_t logit_rows,
+                     int64_t logit_row0 = 0);
   Status run_decode_graph(int64_t start);
 
   Tensor embed_, final_norm_, lm_head_;

@@ -159,6 +159,97 @@ Status argmax(const Tensor& logits, Tensor& out) {
   KUIPER_DISPATCH(logits.device(), argmax(logits, out));
 }
 
+Status linear(const Tensor& x, const Tensor& w, const LinearOptions& o, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("linear", x));
+  KUIPER_RETURN_IF_ERROR(same_device("linear", {&x, &w, &out}));
+  const int64_t rows = o.swiglu ? 2 * out.dim(-1) : out.dim(-1);
+  if (x.ndim() != 2 || w.ndim() != 2 || out.ndim() != 2 || w.dim(1) != x.dim(1) ||
+      out.dim(0) != x.dim(0) || w.dim(0) != rows || !is_float(w.dtype()) ||
+      (out.dtype() != x.dtype() && (o.swiglu || out.dtype() != DataType::kFp32))) {
+    return fail("linear", "cannot multiply " + x.describe() + " by " + w.describe() + "^T into " +
+                              out.describe() + (o.swiglu ? " (swiglu)" : ""));
+  }
+  if (o.swiglu && o.residual) return fail("linear", "swiglu and residual do not combine");
+  if (o.bias != nullptr && (o.bias->numel() != rows || o.bias->device() != x.device() ||
+                            !is_float(o.bias->dtype()))) {
+    return fail("linear", "bias " + o.bias->describe() + " does not fit " + w.describe());
+  }
+  if (o.norm != nullptr && (o.norm->ndim() != 1 || o.norm->numel() != x.dim(1) ||
+                            o.norm->device() != x.device() || !is_float(o.norm->dtype()))) {
+    return fail("linear", "norm weight " + o.norm->describe() + " does not fit " + x.describe());
+  }
+#ifdef KUIPER_WITH_CUDA
+  if (x.device() == DeviceType::kCuda) {
+    KUIPER_ASSIGN_OR_RETURN(const bool done, cuda::linear(x, w, o, out));
+    if (done) return Status::Ok();
+  }
+#endif
+  // The composition, which is also the reference the fused GPU forms are tested against.
+  const int64_t T = x.dim(0), N = out.dim(1);
+  Tensor h = x;
+  if (o.norm != nullptr) {
+    KUIPER_ASSIGN_OR_RETURN(h, Tensor::empty(x.shape(), x.dtype(), x.device()));
+    KUIPER_RETURN_IF_ERROR(rmsnorm(x, *o.norm, o.eps, h));
+  }
+  if (o.swiglu) {
+    KUIPER_ASSIGN_OR_RETURN(Tensor gate, Tensor::empty({T, N}, x.dtype(), x.device()));
+    KUIPER_ASSIGN_OR_RETURN(Tensor up, Tensor::empty({T, N}, x.dtype(), x.device()));
+    Tensor gate_bias, up_bias;
+    if (o.bias != nullptr) {
+      gate_bias = o.bias->rows(0, N);
+      up_bias = o.bias->rows(N, N);
+    }
+    KUIPER_RETURN_IF_ERROR(matmul(h, w.rows(0, N), o.bias ? &gate_bias : nullptr, gate));
+    KUIPER_RETURN_IF_ERROR(matmul(h, w.rows(N, N), o.bias ? &up_bias : nullptr, up));
+    return swiglu(gate, up, out);
+  }
+  if (!o.residual) return matmul(h, w, o.bias, out);
+  KUIPER_ASSIGN_OR_RETURN(Tensor product, Tensor::empty(out.shape(), out.dtype(), out.device()));
+  KUIPER_RETURN_IF_ERROR(matmul(h, w, o.bias, product));
+  return add(out, product, out);
+}
+
+Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
+                          const Tensor* k_norm, double eps, const Tensor& positions,
+                          double theta, Tensor& k_cache, Tensor& v_cache) {
+  KUIPER_RETURN_IF_ERROR(check_activation("qk_norm_rope_cache", q));
+  KUIPER_RETURN_IF_ERROR(
+      same_device("qk_norm_rope_cache", {&q, &k, &v, &positions, &k_cache, &v_cache}));
+  const int64_t T = q.dim(0);
+  if (q.ndim() != 3 || k.ndim() != 3 || k.dim(0) != T || k.dim(2) != q.dim(2) ||
+      q.dim(2) % 2 != 0 || v.ndim() != 2 || v.dim(0) != T || v.dim(1) != k.dim(1) * k.dim(2) ||
+      k.dtype() != q.dtype() || v.dtype() != q.dtype() || k_cache.ndim() != 2 ||
+      v_cache.ndim() != 2 || k_cache.dim(1) != v.dim(1) || v_cache.dim(1) != v.dim(1) ||
+      k_cache.dim(0) != v_cache.dim(0) || k_cache.dtype() != q.dtype() ||
+      v_cache.dtype() != q.dtype() || positions.dtype() != DataType::kInt32 ||
+      positions.numel() != T) {
+    return fail("qk_norm_rope_cache", "bad inputs q " + q.describe() + ", k " + k.describe() +
+                                          ", v " + v.describe() + ", caches " +
+                                          k_cache.describe() + ", positions " +
+                                          positions.describe());
+  }
+  for (const Tensor* n : {q_norm, k_norm}) {
+    if (n != nullptr && (n->ndim() != 1 || n->numel() != q.dim(2) || !is_float(n->dtype()) ||
+                         n->device() != q.device())) {
+      return fail("qk_norm_rope_cache", "norm weight " + n->describe() + " does not fit head_dim " +
+                                            std::to_string(q.dim(2)));
+    }
+  }
+#ifdef KUIPER_WITH_CUDA
+  if (q.device() == DeviceType::kCuda) {
+    return cuda::qk_norm_rope_cache(q, k, v, q_norm, k_norm, eps, positions, theta, k_cache,
+                                    v_cache);
+  }
+#endif
+  if (q_norm != nullptr) KUIPER_RETURN_IF_ERROR(rmsnorm(q, *q_norm, eps, q));
+  if (k_norm != nullptr) KUIPER_RETURN_IF_ERROR(rmsnorm(k, *k_norm, eps, k));
+  KUIPER_RETURN_IF_ERROR(rope(q, positions, theta));
+  KUIPER_RETURN_IF_ERROR(rope(k, positions, theta));
+  KUIPER_ASSIGN_OR_RETURN(Tensor k_rows, k.reshape({T, v.dim(1)}));
+  KUIPER_RETURN_IF_ERROR(kv_write(k_rows, k_cache, positions));
+  return kv_write(v, v_cache, positions);
+}
+
 Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& params,
               double uniform, SampleWorkspace& workspace, Tensor& out) {
   if (!logits.defined() || logits.dtype() != DataType::kFp32 || logits.numel() == 0 ||

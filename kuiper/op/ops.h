@@ -42,6 +42,31 @@ Status add(const Tensor& a, const Tensor& b, Tensor& out);
 // instead of writing outside the cache.
 Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 
+// The decode layer's fused forms of matmul. out[T, N] = epilogue(norm(x) @ w^T + bias):
+//  - norm: x's rows are RMS-normalised with this weight [K] and eps first (op::rmsnorm);
+//  - swiglu: w is [2N, K], gate rows then up rows (bias [2N] likewise), and
+//    out = silu(x gate^T) * (x up^T) (op::swiglu); out has x's dtype;
+//  - residual: out += the product (out holds the residual; op::add); not with swiglu.
+// Each intermediate is rounded to the activation type where the unfused ops store it, so the
+// result equals the composition of those ops up to fp32 summation order. On the GPU one row of x
+// is one GEMV launch; other cases run the composition.
+struct LinearOptions {
+  const Tensor* norm = nullptr;
+  double eps = 1e-6;
+  const Tensor* bias = nullptr;
+  bool swiglu = false;
+  bool residual = false;
+};
+Status linear(const Tensor& x, const Tensor& w, const LinearOptions& options, Tensor& out);
+
+// Attention input preparation for T tokens, fused on the GPU: the per-head RMSNorm of q and k
+// (when q_norm / k_norm are given), RoPE at `positions` (both in place), then k and v rows
+// written to cache row positions[t] (op::rmsnorm, op::rope, op::kv_write in that order).
+// q: [T, Hq, d]; k: [T, Hkv, d]; v: [T, Hkv * d]; caches [max_ctx, Hkv * d].
+Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
+                          const Tensor* k_norm, double eps, const Tensor& positions,
+                          double theta, Tensor& k_cache, Tensor& v_cache);
+
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
 Status argmax(const Tensor& logits, Tensor& out);
 

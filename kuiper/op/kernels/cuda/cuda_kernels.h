@@ -11,6 +11,12 @@ namespace kuiper::cuda {
 Status embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+// op::linear's fused forms where the GPU has them; false: the caller runs the composition.
+Result<bool> linear(const Tensor& x, const Tensor& w, const op::LinearOptions& options,
+                    Tensor& out);
+Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
+                          const Tensor* k_norm, double eps, const Tensor& positions,
+                          double theta, Tensor& k_cache, Tensor& v_cache);
 Status rope(Tensor& x, const Tensor& positions, double theta);
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 Status add(const Tensor& a, const Tensor& b, Tensor& out);

@@ -1,16 +1,15 @@
 // out[T, N] = x[T, K] @ w[N, K]^T (+ bias), three paths:
 //
-//  - T == 1 (decode): a hand-written GEMV. Decode is bound by reading the weights once, so the
-//    kernel is built to stream them at memory bandwidth: one warp per output row, 16-byte
-//    streaming loads (L1 bypassed: each weight byte is used once), several loads in flight per
-//    lane before the first multiply, fp32 accumulation, a warp-shuffle reduction. x is tiny and
-//    stays in L1/L2 for the whole grid.
+//  - T == 1 (decode): a hand-written GEMV (see the GEMV section), which also runs op::linear's
+//    fused forms (RMSNorm of x, SwiGLU over stacked gate/up rows, residual add).
 //  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 (fp32 accumulation),
 //    plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference accuracy).
 //  - T > 1 with mixed types (fp32 x and fp16/bf16 w, or fp16 x and bf16 w): a shared-memory tiled
 //    kernel. The model never takes it (it stores matrices in the activation type); it keeps
 //    every combination the op layer accepts correct.
 #include <cublas_v2.h>
+
+#include <cstdlib>
 
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
@@ -22,76 +21,279 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // GEMV
+//
+// Decode reads every weight byte once, so the GEMV is built to keep the memory system busy from
+// the first cycle to the last:
+//  - a block of 8 warps, each warp owning two output rows: 16 16-byte streaming loads in flight
+//    per lane (8 per row) before the first multiply, the whole of a 4096-wide fp16 row pair in
+//    two round trips;
+//  - x is staged once per block in shared memory as fp32, so the inner loop reads it with 16-byte
+//    shared loads and the two rows of a warp share those reads;
+//  - the first loads are issued before griddepcontrol.wait: launched with programmatic dependent
+//    launch (PDL), the blocks start while the previous kernel finishes, and their weight loads
+//    (which depend on nothing) overlap its tail; x, the bias and the residual are read after the
+//    wait.
+// Fused forms (op::linear): the RMSNorm of x (computed by every block from x, rounded to the
+// activation type as the rmsnorm kernel writes it), SwiGLU over stacked [gate; up] rows (the
+// warp's two rows are gate row n and up row n), and a residual add into out.
 
-constexpr int kGemvWarps = 4;   // rows per block; small blocks keep k/v projections (1024 rows)
-                                // spread over every SM
-constexpr int kGemvUnroll = 8;  // 16-byte weight loads in flight per lane: a 4096-wide fp16
-                                // row is two round trips to memory
+constexpr int kGemvWarps = 8;
+constexpr int kGemvThreads = kGemvWarps * 32;
+constexpr int kGemvUnroll = 8;  // 16-byte loads in flight per lane and row
 
-// n consecutive elements of T at p (16-byte aligned as a group), widened to fp32 in f.
-template <typename T, int N>
-__device__ __forceinline__ void load_floats(const T* p, float (&f)[N]) {
-  constexpr int kBytes = N * static_cast<int>(sizeof(T));
-  static_assert(kBytes % 8 == 0, "vector groups are 8 or 16k bytes");
-  if constexpr (kBytes % 16 == 0) {
-    uint4 raw[kBytes / 16];
-#pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
-    const T* v = reinterpret_cast<const T*>(raw);
-#pragma unroll
-    for (int j = 0; j < N; ++j) f[j] = to_float(v[j]);
-  } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const T* v = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < N; ++j) f[j] = to_float(v[j]);
-  }
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
-template <typename TW, typename TX>
-__device__ __forceinline__ float dot_chunk(uint4 w_raw, const TX* x) {
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+struct GemvArgs {
+  const void* w;
+  const void* x;
+  const void* norm;  // RMSNorm weight [K] or null
+  DataType norm_dtype;
+  float eps;
+  const void* bias;  // [rows of w] or null
+  DataType bias_dtype;
+  void* out;  // [N]; with residual it also holds the residual
+  int64_t N;  // outputs
+  int64_t K;
+  int64_t up_offset;  // swiglu: first up row (= N); 0 otherwise
+  bool w_vectorized;  // w rows 16-byte aligned and K a multiple of the vector width
+  bool x_vectorized;
+  bool residual;
+  bool swiglu;
+};
+
+// Dot product of one 16-byte chunk of weights with the fp32 x values it meets (16-byte aligned).
+template <typename TW>
+__device__ __forceinline__ float dot_chunk(uint4 w_raw, const float* xs) {
   constexpr int kVec = 16 / sizeof(TW);
   const TW* w = reinterpret_cast<const TW*>(&w_raw);
   float xf[kVec];
-  load_floats<TX, kVec>(x, xf);
+#pragma unroll
+  for (int i = 0; i < kVec / 4; ++i) {
+    const float4 v = reinterpret_cast<const float4*>(xs)[i];
+    xf[4 * i] = v.x;
+    xf[4 * i + 1] = v.y;
+    xf[4 * i + 2] = v.z;
+    xf[4 * i + 3] = v.w;
+  }
   float s = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) s += to_float(w[j]) * xf[j];
   return s;
 }
 
-// `vectorized` is uniform per launch: rows and x are 16-byte aligned and K a multiple of the
-// vector width. Otherwise (odd K in tests, unaligned views) the scalar loop runs.
+// Fills xs[0, K) with x in fp32, RMS-normalised by `norm` when given; ends with a barrier.
+template <typename TX>
+__device__ void stage_x(const GemvArgs& a, float* xs) {
+  const TX* x = static_cast<const TX*>(a.x);
+  const int64_t K = a.K;
+  float sumsq = 0.0f;
+  if (a.x_vectorized) {
+    constexpr int kVecX = 16 / sizeof(TX);
+    float f[kVecX];
+    for (int64_t c = threadIdx.x; c < K / kVecX; c += kGemvThreads) {
+      const uint4 raw = reinterpret_cast<const uint4*>(x)[c];
+      const TX* v = reinterpret_cast<const TX*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kVecX; ++j) {
+        f[j] = to_float(v[j]);
+        sumsq += f[j] * f[j];
+      }
+#pragma unroll
+      for (int j = 0; j < kVecX; j += 4) {
+        reinterpret_cast<float4*>(xs + c * kVecX)[j / 4] = make_float4(f[j], f[j + 1], f[j + 2], f[j + 3]);
+      }
+    }
+  } else {
+    for (int64_t k = threadIdx.x; k < K; k += kGemvThreads) {
+      const float v = to_float(x[k]);
+      xs[k] = v;
+      sumsq += v * v;
+    }
+  }
+  if (a.norm != nullptr) {
+    __shared__ float partial[kGemvWarps];
+    sumsq = warp_sum(sumsq);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sumsq;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kGemvWarps; ++i) total += partial[i];
+    // The rmsnorm kernel's expression and rounding: weight * (x * inv), stored as TX. Each
+    // thread rescales the elements it staged, so no barrier is needed in between.
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.eps);
+    const int64_t per = a.x_vectorized ? 16 / sizeof(TX) : 1;
+    for (int64_t c = threadIdx.x; c < K / per; c += kGemvThreads) {
+      for (int64_t k = c * per; k < (c + 1) * per; ++k) {
+        xs[k] = to_float(from_float<TX>(load_as_float(a.norm, a.norm_dtype, k) * (xs[k] * inv)));
+      }
+    }
+  }
+  __syncthreads();
+}
+
 template <typename TW, typename TX, typename TO>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_kernel(const TW* __restrict__ w, const TX* __restrict__ x, const void* bias,
-                DataType bias_dtype, TO* __restrict__ out, int64_t N, int64_t K, bool vectorized) {
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvArgs a) {
+  extern __shared__ __align__(16) float xs[];
   constexpr int kVec = 16 / sizeof(TW);
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  if (row >= N) return;
-  const TW* w_row = w + row * K;
-  float acc = 0.0f;
-  if (vectorized) {
-    const uint4* wv = reinterpret_cast<const uint4*>(w_row);
-    const int64_t chunks = K / kVec;
-    int64_t c = lane;
-    for (; c + 32 * (kGemvUnroll - 1) < chunks; c += 32 * kGemvUnroll) {
-      uint4 raw[kGemvUnroll];
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) raw[u] = __ldcs(wv + c + 32 * u);
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) acc += dot_chunk<TW, TX>(raw[u], x + (c + 32 * u) * kVec);
-    }
-    for (; c < chunks; c += 32) acc += dot_chunk<TW, TX>(__ldcs(wv + c), x + c * kVec);
+  const int64_t group = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  // The warp's two rows of w and whether each exists.
+  int64_t row[2];
+  bool valid[2];
+  if (a.swiglu) {
+    row[0] = group;
+    row[1] = group + a.up_offset;
+    valid[0] = valid[1] = group < a.N;
   } else {
-    for (int64_t i = lane; i < K; i += 32) acc += to_float(w_row[i]) * to_float(x[i]);
+    row[0] = 2 * group;
+    row[1] = 2 * group + 1;
+    valid[0] = row[0] < a.N;
+    valid[1] = row[1] < a.N;
   }
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    if (bias != nullptr) acc += load_as_float(bias, bias_dtype, row);
-    out[row] = from_float<TO>(acc);
+  const TW* w = static_cast<const TW*>(a.w);
+  const int64_t K = a.K;
+  const int64_t chunks = a.w_vectorized ? K / kVec : 0;
+  const uint4* wv[2] = {reinterpret_cast<const uint4*>(w + (valid[0] ? row[0] : 0) * K),
+                        reinterpret_cast<const uint4*>(w + (valid[1] ? row[1] : 0) * K)};
+  uint4 raw[2][kGemvUnroll];
+  auto load = [&](int64_t c0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (valid[r] && c < chunks) raw[r][u] = __ldcs(wv[r] + c);
+      }
+    }
+  };
+  load(lane);  // weights only: safe before the previous kernel has finished
+  grid_dependency_wait();
+  grid_launch_dependents();
+  stage_x<TX>(a, xs);
+
+  float acc[2] = {0.0f, 0.0f};
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
+    if (c0 != lane) load(c0);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (valid[r] && c < chunks) acc[r] += dot_chunk<TW>(raw[r][u], xs + c * kVec);
+      }
+    }
   }
+  if (!a.w_vectorized) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!valid[r]) continue;
+      const TW* w_row = w + row[r] * K;
+      for (int64_t k = lane; k < K; k += 32) acc[r] += to_float(w_row[k]) * xs[k];
+    }
+  }
+  acc[0] = warp_sum(acc[0]);
+  acc[1] = warp_sum(acc[1]);
+  if (lane != 0) return;
+  TO* out = static_cast<TO*>(a.out);
+  // Every intermediate is rounded to TO where the unfused ops would store it.
+  auto finish = [&](int r) {
+    float v = acc[r];
+    if (a.bias != nullptr) v += load_as_float(a.bias, a.bias_dtype, row[r]);
+    return to_float(from_float<TO>(v));
+  };
+  if (a.swiglu) {
+    if (!valid[0]) return;
+    const float g = finish(0), u = finish(1);
+    out[group] = from_float<TO>(g / (1.0f + expf(-g)) * u);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!valid[r]) continue;
+    float v = finish(r);
+    if (a.residual) v = to_float(out[row[r]]) + v;
+    out[row[r]] = from_float<TO>(v);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Programmatic dependent launch is on unless KUIPER_NO_PDL is set (for A/B timing).
+bool pdl_enabled() {
+  static const bool enabled = std::getenv("KUIPER_NO_PDL") == nullptr;
+  return enabled;
+}
+
+template <typename TW, typename TX, typename TO>
+Status launch_gemv(const GemvArgs& a) {
+  constexpr int64_t kMaxSmem = 200 * 1024;
+  const int64_t smem = a.K * static_cast<int64_t>(sizeof(float));
+  if (smem > kMaxSmem) {
+    return Status::Error("GEMV: K = " + std::to_string(a.K) + " does not fit in shared memory");
+  }
+  // Past 48 KB (static shared memory included) a kernel must opt in; once per instantiation.
+  static bool raised = false;
+  if (smem > 40 * 1024 && !raised) {
+    KUIPER_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<TW, TX, TO>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kMaxSmem)));
+    raised = true;
+  }
+  const int64_t groups = a.swiglu ? a.N : (a.N + 1) / 2;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks_for(groups, kGemvWarps));
+  config.blockDim = dim3(kGemvThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream();
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t launched = cudaLaunchKernelEx(&config, gemv_kernel<TW, TX, TO>, a);
+  if (launched != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it, or the next launch check would report it again
+    return check(launched, "gemv kernel launch");
+  }
+  return Status::Ok();
+}
+
+// The GEMV for one row of x, dispatched on the three element types.
+Status gemv(const Tensor& x, const Tensor& w, const op::LinearOptions& o, Tensor& out) {
+  GemvArgs a{};
+  a.w = w.raw();
+  a.x = x.raw();
+  a.norm = o.norm != nullptr ? o.norm->raw() : nullptr;
+  a.norm_dtype = o.norm != nullptr ? o.norm->dtype() : DataType::kFp32;
+  a.eps = static_cast<float>(o.eps);
+  a.bias = o.bias != nullptr ? o.bias->raw() : nullptr;
+  a.bias_dtype = o.bias != nullptr ? o.bias->dtype() : DataType::kFp32;
+  a.out = out.raw();
+  a.N = out.dim(1);
+  a.K = x.dim(1);
+  a.up_offset = o.swiglu ? a.N : 0;
+  a.residual = o.residual;
+  a.swiglu = o.swiglu;
+  return visit_activation(x.dtype(), [&](auto x_tag) {
+    using TX = typename decltype(x_tag)::type;
+    return visit_float(w.dtype(), [&](auto w_tag) {
+      using TW = typename decltype(w_tag)::type;
+      a.w_vectorized = a.K % (16 / sizeof(TW)) == 0 && aligned16(w.raw());
+      a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
+      if (out.dtype() == DataType::kFp32) return launch_gemv<TW, TX, float>(a);
+      return launch_gemv<TW, TX, TX>(a);
+    });
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -185,10 +387,12 @@ cudaDataType_t cuda_type(DataType t) {
   }
 }
 
-Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+// accumulate: out += x w^T (beta = 1), the residual form; no bias then.
+Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
+                   bool accumulate = false) {
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   KUIPER_ASSIGN_OR_RETURN(cublasHandle_t handle, cublas_handle());
-  float beta = 0.0f;
+  float beta = accumulate ? 1.0f : 0.0f;
   if (bias != nullptr) {
     KUIPER_RETURN_IF_ERROR(visit_activation(out.dtype(), [&](auto tag) {
       using TO = typename decltype(tag)::type;
@@ -211,16 +415,19 @@ Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor&
       "cublasGemmEx");
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   if (T == 0 || N == 0) return Status::Ok();
+  if (T == 1) {
+    op::LinearOptions o;
+    o.bias = bias;
+    return gemv(x, w, o, out);
+  }
+  if (x.dtype() == w.dtype()) return gemm_cublas(x, w, bias, out);
   const void* bias_ptr = bias != nullptr ? bias->raw() : nullptr;
   const DataType bias_dtype = bias != nullptr ? bias->dtype() : DataType::kFp32;
-  if (T > 1 && x.dtype() == w.dtype()) return gemm_cublas(x, w, bias, out);
   return visit_activation(x.dtype(), [&](auto x_tag) {
     using TX = typename decltype(x_tag)::type;
     return visit_float(w.dtype(), [&](auto w_tag) {
@@ -228,25 +435,33 @@ Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out)
       // out is x's type or fp32; both cases share one template, picked here.
       auto launch = [&](auto out_tag) {
         using TO = typename decltype(out_tag)::type;
-        if (T == 1) {
-          constexpr int64_t kVec = 16 / sizeof(TW);
-          const bool vectorized = K % kVec == 0 && aligned16(w.raw()) && aligned16(x.raw());
-          gemv_kernel<TW, TX, TO><<<blocks_for(N, kGemvWarps), kGemvWarps * 32, 0, stream()>>>(
-              w.data<TW>(), x.data<TX>(), bias_ptr, bias_dtype, out.data<TO>(), N, K,
-              vectorized);
-          KUIPER_CUDA_CHECK_LAUNCH("gemv kernel");
-        } else {
-          const dim3 grid(blocks_for(N, kTile), blocks_for(T, kTile));
-          gemm_tiled_kernel<TX, TW, TO><<<grid, dim3(kTile, kTile), 0, stream()>>>(
-              x.data<TX>(), w.data<TW>(), bias_ptr, bias_dtype, out.data<TO>(), T, N, K);
-          KUIPER_CUDA_CHECK_LAUNCH("tiled matmul kernel");
-        }
+        const dim3 grid(blocks_for(N, kTile), blocks_for(T, kTile));
+        gemm_tiled_kernel<TX, TW, TO><<<grid, dim3(kTile, kTile), 0, stream()>>>(
+            x.data<TX>(), w.data<TW>(), bias_ptr, bias_dtype, out.data<TO>(), T, N, K);
+        KUIPER_CUDA_CHECK_LAUNCH("tiled matmul kernel");
         return Status::Ok();
       };
       if (out.dtype() == DataType::kFp32) return launch(TypeTag<float>{});
       return launch(TypeTag<TX>{});
     });
   });
+}
+
+Result<bool> linear(const Tensor& x, const Tensor& w, const op::LinearOptions& o, Tensor& out) {
+  const int64_t T = x.dim(0);
+  if (T == 0 || out.dim(1) == 0) return true;
+  if (T == 1) {
+    KUIPER_RETURN_IF_ERROR(gemv(x, w, o, out));
+    return true;
+  }
+  // Many rows: only the residual form has a cheaper path than the composition (cuBLAS adds the
+  // product into out with beta = 1).
+  if (o.residual && o.norm == nullptr && o.bias == nullptr && !o.swiglu &&
+      x.dtype() == w.dtype()) {
+    KUIPER_RETURN_IF_ERROR(gemm_cublas(x, w, nullptr, out, /*accumulate=*/true));
+    return true;
+  }
+  return false;
 }
 
 }  // namespace kuiper::cuda
