@@ -36,6 +36,9 @@ struct AttentionRequest {
   DeviceType device = DeviceType::kCpu;
   bool graph_safe = false;  // needs a GPU-pos kernel with fixed shared memory
   int64_t head_dim = 0;
+  // Split-KV decode (flash2 fp16, flash1): KV splits per kv head. 0 lets the kernel choose from
+  // the SM count; tests and benchmarks set it to exercise or compare other counts.
+  int decode_splits = 0;
 };
 
 // Checks shapes, dtypes and the position range of a call; every implementation runs it first.
