@@ -56,12 +56,18 @@ nlohmann::json fixture_preprocessor_config() {
 
 // ---- a minimal PNG writer (stored deflate blocks), for every colour type and bit depth ----
 
-uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc = 0) {
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) {
-    crc ^= data[i];
-    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-  }
+uint32_t crc32(const uint8_t* data, size_t n) {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(256);
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
   return ~crc;
 }
 
@@ -91,9 +97,13 @@ std::vector<uint8_t> zlib_stored(const std::vector<uint8_t>& raw) {
     pos += n;
   } while (pos < raw.size());
   uint32_t a = 1, b = 0;
-  for (uint8_t v : raw) {
-    a = (a + v) % 65521;
-    b = (b + a) % 65521;
+  for (size_t i = 0; i < raw.size(); i += 5552) {  // 5552: the longest run without overflow
+    for (size_t j = i; j < std::min(raw.size(), i + 5552); ++j) {
+      a += raw[j];
+      b += a;
+    }
+    a %= 65521;
+    b %= 65521;
   }
   put_be32(&z, (b << 16) | a);
   return z;
@@ -218,6 +228,10 @@ TEST(VisionImage, SmartResizeFollowsTransformers) {
       // 4000x6000 with max 2^20: beta = sqrt(24e6/1048576) = 4.784; floor(26.13) = 26 -> 832,
       // floor(39.19) = 39 -> 1248.
       {4000, 6000, 32, kMin, 1 << 20, 832, 1248},
+      // 3000x4000 with max 2^20: 3008x4000 = 12.0M > 2^20; beta = sqrt(12e6/1048576) = 3.383;
+      // floor(3000/3.383/32) = floor(27.71) = 27 -> 864, floor(4000/3.383/32) = floor(36.95) =
+      // 36 -> 1152.
+      {3000, 4000, 32, kMin, 1 << 20, 864, 1152},
       // Python's round() is half to even: 80/32 = 2.5 -> 2 (64), 48/32 = 1.5 -> 2 (64),
       // 112/32 = 3.5 -> 4 (128), 208/32 = 6.5 -> 6 (192).
       {80, 48, 32, 1024, 1 << 20, 64, 64},
@@ -392,9 +406,9 @@ TEST(VisionImage, RescaleAndNormalizeAsNumpy) {
 // ---- large images ----
 
 TEST(VisionImage, LargeImageIsResizedDownToMaxPixels) {
-  // A 6000x4000 PNG in memory (uncompressed deflate): a horizontal ramp in red, a vertical one in
+  // A 4000x3000 PNG in memory (uncompressed deflate): a horizontal ramp in red, a vertical one in
   // green, blue constant.
-  const int64_t W = 6000, H = 4000;
+  const int64_t W = 4000, H = 3000;
   std::vector<uint8_t> rows(static_cast<size_t>(W * H * 3));
   for (int64_t y = 0; y < H; ++y) {
     for (int64_t x = 0; x < W; ++x) {
@@ -418,19 +432,20 @@ TEST(VisionImage, LargeImageIsResizedDownToMaxPixels) {
   ASSERT_RESULT_OK(config);
   auto processed = preprocess_image(*image, *config);
   ASSERT_RESULT_OK(processed);
-  // smart_resize(4000, 6000, 32, 65536, 2^20) = (832, 1248): see SmartResizeFollowsTransformers.
-  EXPECT_EQ(processed->grid, (std::array<int64_t, 3>{1, 832 / 16, 1248 / 16}));
-  EXPECT_LE(832 * 1248, 1 << 20);
-  EXPECT_EQ(processed->patches, 52 * 78);
-  ASSERT_EQ(processed->pixel_values.size(), size_t(52 * 78 * 1536));
+  // smart_resize(3000, 4000, 32, 65536, 2^20) = (864, 1152): see SmartResizeFollowsTransformers.
+  const int64_t h = 864, w = 1152;
+  EXPECT_EQ(processed->grid, (std::array<int64_t, 3>{1, h / 16, w / 16}));
+  EXPECT_LE(processed->grid[1] * processed->grid[2] * 16 * 16, config->max_pixels);
+  EXPECT_EQ(processed->patches, (h / 16) * (w / 16));
+  ASSERT_EQ(processed->pixel_values.size(), size_t(processed->patches * 1536));
 
   // The resized image keeps the ramps: at output column X the red value is the source's at
-  // x = (X + 0.5) * 6000 / 1248 - 0.5 (cubic kernels reproduce linear ramps), blue stays 77.
-  const Image resized = resize_bicubic(*image, 1248, 832);
-  for (int64_t Y = 4; Y < 832 - 4; Y += 37) {
-    for (int64_t X = 4; X < 1248 - 4; X += 41) {
-      const uint8_t* p = resized.rgb.data() + (Y * 1248 + X) * 3;
-      const double x = (X + 0.5) * W / 1248.0 - 0.5, y = (Y + 0.5) * H / 832.0 - 0.5;
+  // x = (X + 0.5) * W / w - 0.5 (cubic kernels reproduce linear ramps), blue stays 77.
+  const Image resized = resize_bicubic(*image, w, h);
+  for (int64_t Y = 4; Y < h - 4; Y += 37) {
+    for (int64_t X = 4; X < w - 4; X += 41) {
+      const uint8_t* p = resized.rgb.data() + (Y * w + X) * 3;
+      const double x = (X + 0.5) * W / double(w) - 0.5, y = (Y + 0.5) * H / double(h) - 0.5;
       EXPECT_NEAR(p[0], x * 255 / (W - 1), 1.5) << X << "," << Y;
       EXPECT_NEAR(p[1], y * 255 / (H - 1), 1.5) << X << "," << Y;
       EXPECT_EQ(p[2], 77);
@@ -523,6 +538,15 @@ TEST(VisionImage, BadFilesAreClearErrors) {
   write_bytes(dir.file("padded.jpg"), padded_jpeg);
   auto padded_jpg = load_image(dir.file("padded.jpg"));
   ASSERT_RESULT_OK(padded_jpg);
+  // A stray byte between two marker segments is skipped (libjpeg and stb_image both do).
+  std::vector<uint8_t> stray = good_jpeg;
+  ASSERT_EQ(stray[2], 0xFF);
+  const size_t first_segment_end = 4 + ((size_t(stray[4]) << 8) | stray[5]);
+  stray.insert(stray.begin() + first_segment_end, 0x00);
+  write_bytes(dir.file("stray.jpg"), stray);
+  auto stray_jpg = load_image(dir.file("stray.jpg"));
+  ASSERT_RESULT_OK(stray_jpg);
+  EXPECT_EQ(stray_jpg->rgb, padded_jpg->rgb);
 }
 
 TEST(VisionImage, JpegDecodes) {

@@ -82,9 +82,9 @@ Status check_jpeg_structure(const uint8_t* data, size_t size, const std::string&
   const std::string truncated = name + ": truncated JPEG (the file ends before its EOI marker)";
   size_t pos = 2;
   while (true) {
-    if (pos >= size) return Status::Error(truncated);
-    if (data[pos] != 0xFF) return Status::Error(name + ": corrupt JPEG (marker expected)");
-    while (pos < size && data[pos] == 0xFF) ++pos;  // fill bytes
+    // Stray bytes before a marker are skipped, as libjpeg does (with a warning); then fill bytes.
+    while (pos < size && data[pos] != 0xFF) ++pos;
+    while (pos < size && data[pos] == 0xFF) ++pos;
     if (pos >= size) return Status::Error(truncated);
     const uint8_t marker = data[pos++];
     if (marker == 0xD9) return Status::Error(name + ": corrupt JPEG (no image data before EOI)");
@@ -447,6 +447,7 @@ Result<std::pair<int64_t, int64_t>> smart_resize(int64_t height, int64_t width, 
 }
 
 Image resize_bicubic(const Image& image, int64_t width, int64_t height) {
+  if (width <= 0 || height <= 0 || image.width <= 0 || image.height <= 0) return Image{};
   Image out = image;
   if (width != out.width) out = resample_horizontal(out, static_cast<int>(width));
   if (height != out.height) out = resample_vertical(out, static_cast<int>(height));

@@ -78,7 +78,7 @@ Result<std::pair<int64_t, int64_t>> smart_resize(int64_t height, int64_t width, 
 // PIL's Image.resize(..., BICUBIC) on an RGB image (libImaging/Resample.c): separable, horizontal
 // pass then vertical, the a = -0.5 cubic kernel widened by the downscale factor, normalised
 // coefficients in 22-bit fixed point, each pass rounded and clipped to uint8. A side that keeps
-// its size is not resampled. Sizes must be positive.
+// its size is not resampled. A non-positive size gives an empty image.
 Image resize_bicubic(const Image& image, int64_t width, int64_t height);
 
 // Hugging Face's Qwen2VLImageProcessor (PIL back end) on one image: pixel_values
