@@ -211,15 +211,21 @@ Image resample_vertical(const Image& src, int out_h) {
   dst.height = out_h;
   dst.rgb.resize(static_cast<size_t>(dst.width) * dst.height * 3);
   const size_t stride = static_cast<size_t>(src.width) * 3;
-#pragma omp parallel for schedule(static)
-  for (int yy = 0; yy < out_h; ++yy) {
-    const int32_t* k = c.weights.data() + static_cast<size_t>(yy) * c.ksize;
-    const uint8_t* base = src.rgb.data() + static_cast<size_t>(c.first[yy]) * stride;
-    uint8_t* out = dst.rgb.data() + static_cast<size_t>(yy) * stride;
-    for (size_t i = 0; i < stride; ++i) {
-      int64_t s = 1 << (kPrecisionBits - 1);
-      for (int y = 0; y < c.count[yy]; ++y) s += int64_t(base[y * stride + i]) * k[y];
-      out[i] = clip8(s);
+#pragma omp parallel
+  {
+    std::vector<int64_t> sum(stride);  // one output row, accumulated input row by input row
+#pragma omp for schedule(static)
+    for (int yy = 0; yy < out_h; ++yy) {
+      const int32_t* k = c.weights.data() + static_cast<size_t>(yy) * c.ksize;
+      const uint8_t* base = src.rgb.data() + static_cast<size_t>(c.first[yy]) * stride;
+      std::fill(sum.begin(), sum.end(), int64_t(1) << (kPrecisionBits - 1));
+      for (int y = 0; y < c.count[yy]; ++y) {
+        const uint8_t* row = base + static_cast<size_t>(y) * stride;
+        const int64_t w = k[y];
+        for (size_t i = 0; i < stride; ++i) sum[i] += row[i] * w;
+      }
+      uint8_t* out = dst.rgb.data() + static_cast<size_t>(yy) * stride;
+      for (size_t i = 0; i < stride; ++i) out[i] = clip8(sum[i]);
     }
   }
   return dst;
