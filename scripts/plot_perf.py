@@ -126,9 +126,11 @@ def tables(data):
                 if r is None:
                     cells.append("–")
                 elif phase == "decode":
-                    cells.append(f"{r['us']:.1f} us, {r['kv_gb_s']:.0f} GB/s")
+                    cells.append(f"{r['us']:.1f} us, {r['kv_gb_s']:.0f} GB/s" +
+                                 (f" (eager {r['us_eager']:.1f} us)" if "us_eager" in r else ""))
                 else:
-                    cells.append(f"{r['us']:.0f} us, {r['tflop_s']:.1f} TF/s")
+                    cells.append(f"{r['us']:.0f} us, {r['tflop_s']:.1f} TF/s" +
+                                 (f" (eager {r['us_eager']:.0f} us)" if "us_eager" in r else ""))
             label = name if name == "PyTorch SDPA flash" else f"{name} ({rs[0]['kernel'] if rs else ''})"
             out.append(f"| {label} | " + " | ".join(cells) + " |")
         out.append("")
@@ -218,6 +220,12 @@ def plot(data, png):
     ax2.set_title("Prefill vs prompt length")
     ax2.grid(True, alpha=0.3, which="both")
     ax2.legend()
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    for ax, xs in ((ax1, sorted({r["context"] for r in dec})), (ax2, sorted({r["prompt"] for r in pre}))):
+        if xs:
+            ax.xaxis.set_major_locator(FixedLocator(xs))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human(int(round(v)))))
     fig.suptitle(f"Kuiper, Qwen3-8B shape, fp16, {data['device'] or 'GPU'}")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
