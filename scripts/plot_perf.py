@@ -73,7 +73,7 @@ def tables(data):
             out.append(f"| {k} | " + " | ".join(cells) + " |")
         ceil = []
         for c in ctxs:
-            r = next((r for r in dec if r["context"] == c), None)
+            r = next((r for r in sorted(dec, key=lambda r: r["attention"] != "flash2") if r["context"] == c), None)
             ceil.append("–" if r is None else f"{r['ceiling_tok_s']:.1f}")
         out.append("| ceiling (copy GB/s / bytes per token) | " + " | ".join(ceil) + " |")
         out.append("")
@@ -106,9 +106,11 @@ def tables(data):
     sdpa = peer.get("sdpa", []) or []
     if att or sdpa:
         out.append("Attention alone, 32 q heads / 8 kv heads / head dim 128, fp16 (attention.json: "
-                   "attention[]; peer.json: sdpa[]). Decode: us and KV GB/s; prefill (causal, T "
-                   "queries over T keys): us and TFLOP/s\n")
+                   "attention[]; peer.json: sdpa[]). Decode: us, KV GB/s (kv_gb_s) and its share "
+                   "of the copy bandwidth; prefill (causal, T queries over T keys): us, TFLOP/s "
+                   "(tflop_s) and its share of the peak (pct_of_peak)\n")
         rows = att + sdpa
+        copy = (data["attention"] or {}).get("copy_gb_s") or data["copy_gb_s"]
         cases = sorted({(r["phase"], r["kv_len"], r["queries"]) for r in rows},
                        key=lambda c: (c[0] != "decode", c[1]))
         head = []
@@ -126,12 +128,14 @@ def tables(data):
                 if r is None:
                     cells.append("–")
                 elif phase == "decode":
-                    cells.append(f"{r['us']:.1f} us, {r['kv_gb_s']:.0f} GB/s" +
+                    pct = f" = {100.0 * r['kv_gb_s'] / copy:.0f}%" if copy else ""
+                    cells.append(f"{r['us']:.1f} us, {r['kv_gb_s']:.0f} GB/s{pct}" +
                                  (f" (eager {r['us_eager']:.1f} us)" if "us_eager" in r else ""))
                 else:
-                    cells.append(f"{r['us']:.0f} us, {r['tflop_s']:.1f} TF/s" +
+                    cells.append(f"{r['us']:.0f} us, {r['tflop_s']:.1f} TF/s = {r['pct_of_peak']:.0f}%" +
                                  (f" (eager {r['us_eager']:.0f} us)" if "us_eager" in r else ""))
-            label = name if name == "PyTorch SDPA flash" else f"{name} ({rs[0]['kernel'] if rs else ''})"
+            kernels = " / ".join(dict.fromkeys(r["kernel"] for r in rs))
+            label = name if name == "PyTorch SDPA flash" else f"{name} ({kernels})"
             out.append(f"| {label} | " + " | ".join(cells) + " |")
         out.append("")
     hf = peer.get("hf")
@@ -184,7 +188,7 @@ def plot(data, png):
         ax1.plot([r["context"] for r in rs], [r["decode_tok_s"] for r in rs], marker=markers.get(k, "o"), label=k)
     if dec:
         ceil = {}
-        for r in dec:
+        for r in sorted(dec, key=lambda r: r["attention"] == "flash2"):  # flash2's run last: it wins
             ceil[r["context"]] = r["ceiling_tok_s"]
         xs = sorted(ceil)
         ax1.plot(xs, [ceil[x] for x in xs], "k--", label=f"ceiling ({data['copy_gb_s']:.0f} GB/s copy)")
