@@ -51,8 +51,6 @@ log "build $BUILD"
   ninja -C "$BUILD" kuiper-bench; } >> "$LOG" 2>&1 || { tail -n 40 "$LOG"; exit 1; }
 log "built"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$LOG"
-git log -1 --format='commit %H %s' 2>/dev/null | tee -a "$LOG"
-git status --short --untracked-files=no 2>/dev/null | sed 's/^/modified: /' | tee -a "$LOG"
 
 bench="./$BUILD/bin/kuiper-bench"
 status=0
