@@ -327,7 +327,8 @@ TEST(Convert, UnknownArchitectureIsAClearError) {
   std::ofstream(dir.file("hf/config.json"), std::ios::trunc) << config.dump();
   EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
             dir.file("hf") + ": config.json: unsupported architecture 'LlamaForCausalLM' "
-                             "(supported: Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                             "(supported: Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                             "Qwen3VLForConditionalGeneration)");
   EXPECT_FALSE(fs::exists(dir.file("model.bin")));
 }
 

@@ -62,11 +62,61 @@ Status ModelConfig::validate() const {
   if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
     return Status::Error("config: rms_norm_eps and rope_theta must be positive");
   }
+  return validate_vl();
+}
+
+Status ModelConfig::validate_vl() const {
+  const bool vl = arch == Architecture::kQwen3VL;
+  if (!vl) {
+    if (is_mrope() || vision.has_value()) {
+      return Status::Error(std::string("config: ") + architecture_name(arch) +
+                           " has no vision tower or multimodal rotary embedding");
+    }
+    return Status::Ok();
+  }
+  if (!vision.has_value()) return Status::Error("config: qwen3_vl needs a vision config");
+  KUIPER_RETURN_IF_ERROR(vision->validate());
+  if (vision->out_hidden_size != hidden_size) {
+    return Status::Error("config: the vision tower's out_hidden_size (" +
+                         std::to_string(vision->out_hidden_size) +
+                         ") must equal the text hidden_size (" + std::to_string(hidden_size) + ")");
+  }
+  if (mrope_section.size() != 3) {
+    return Status::Error("config: qwen3_vl needs mrope_section with 3 entries (t, h, w), got " +
+                         std::to_string(mrope_section.size()));
+  }
+  int64_t sum = 0;
+  for (int64_t s : mrope_section) {
+    if (s < 0) return Status::Error("config: mrope_section entries must be non-negative");
+    sum += s;
+  }
+  if (sum != head_dim / 2) {
+    return Status::Error("config: mrope_section sums to " + std::to_string(sum) +
+                         " but head_dim / 2 is " + std::to_string(head_dim / 2));
+  }
+  if (!mrope_interleaved) {
+    return Status::Error(
+        "config: only interleaved M-RoPE (mrope_interleaved: true, Qwen3-VL) is supported");
+  }
+  const std::pair<const char*, int64_t> ids[] = {{"image_token_id", image_token_id},
+                                                 {"vision_start_token_id", vision_start_token_id},
+                                                 {"vision_end_token_id", vision_end_token_id}};
+  for (const auto& [what, id] : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return Status::Error(std::string("config: ") + what + " " + std::to_string(id) +
+                           " is not a token of the vocabulary (" + std::to_string(vocab_size) +
+                           ")");
+    }
+  }
   return Status::Ok();
 }
 
+std::string ModelConfig::text_prefix() const {
+  return arch == Architecture::kQwen3VL ? "model.language_model." : "model.";
+}
+
 json ModelConfig::to_json() const {
-  return json{{"architecture", architecture_name(arch)},
+  json j{{"architecture", architecture_name(arch)},
               {"vocab_size", vocab_size},
               {"hidden_size", hidden_size},
               {"intermediate_size", intermediate_size},
@@ -82,6 +132,15 @@ json ModelConfig::to_json() const {
               {"qk_norm", qk_norm},
               {"bos_token_id", bos_token_id},
               {"eos_token_ids", eos_token_ids}};
+  if (arch == Architecture::kQwen3VL) {
+    j["mrope_section"] = mrope_section;
+    j["mrope_interleaved"] = mrope_interleaved;
+    j["image_token_id"] = image_token_id;
+    j["vision_start_token_id"] = vision_start_token_id;
+    j["vision_end_token_id"] = vision_end_token_id;
+    if (vision) j["vision"] = vision->to_json();
+  }
+  return j;
 }
 
 Result<ModelConfig> ModelConfig::from_json(const json& j) {
@@ -103,6 +162,15 @@ Result<ModelConfig> ModelConfig::from_json(const json& j) {
     c.qk_norm = j.at("qk_norm").get<bool>();
     c.bos_token_id = j.at("bos_token_id").get<int64_t>();
     c.eos_token_ids = j.at("eos_token_ids").get<std::vector<int64_t>>();
+    if (c.arch == Architecture::kQwen3VL) {
+      c.mrope_section = j.at("mrope_section").get<std::vector<int64_t>>();
+      c.mrope_interleaved = j.at("mrope_interleaved").get<bool>();
+      c.image_token_id = j.at("image_token_id").get<int64_t>();
+      c.vision_start_token_id = j.at("vision_start_token_id").get<int64_t>();
+      c.vision_end_token_id = j.at("vision_end_token_id").get<int64_t>();
+      KUIPER_ASSIGN_OR_RETURN(VisionConfig vision, VisionConfig::from_json(j.at("vision")));
+      c.vision = vision;
+    }
   } catch (const json::exception& e) {
     return Status::Error(std::string("config: ") + e.what());
   }
@@ -141,6 +209,35 @@ std::vector<int64_t> id_list(const json& v) {
   return {};
 }
 
+// Qwen3-VL's multimodal rotary layout, from the text config's rope_scaling or rope_parameters.
+Status read_mrope(const json& text, ModelConfig& c) {
+  const json* rope = nullptr;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (text.contains(key) && text[key].is_object() && text[key].contains("mrope_section")) {
+      rope = &text[key];
+    }
+  }
+  if (rope == nullptr) {
+    return Status::Error("config.json: text_config has no mrope_section (in rope_scaling or "
+                         "rope_parameters)");
+  }
+  const json& section = (*rope)["mrope_section"];
+  if (!section.is_array()) return Status::Error("config.json: mrope_section is not an array");
+  for (const json& v : section) {
+    if (!v.is_number_integer()) {
+      return Status::Error("config.json: mrope_section holds a non-integer " + v.dump());
+    }
+    c.mrope_section.push_back(v.get<int64_t>());
+  }
+  // Qwen3-VL interleaves the axes; a config that says otherwise asks for another layout.
+  c.mrope_interleaved = rope->value("mrope_interleaved", true);
+  return Status::Ok();
+}
+
+int64_t required_id(const json& hf, const char* key) {
+  return hf.contains(key) && hf[key].is_number_integer() ? hf[key].get<int64_t>() : -1;
+}
+
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_hf(const json& hf) {
@@ -157,39 +254,64 @@ Result<ModelConfig> ModelConfig::from_hf(const json& hf) {
   } else if (arch_name == "Qwen3ForCausalLM") {
     c.arch = Architecture::kQwen3;
     c.qk_norm = true;
+  } else if (arch_name == "Qwen3VLForConditionalGeneration") {
+    c.arch = Architecture::kQwen3VL;
+    c.qk_norm = true;
   } else {
     return Status::Error("config.json: unsupported architecture '" + arch_name +
-                         "' (supported: Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                         "' (supported: Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                         "Qwen3VLForConditionalGeneration)");
   }
+  const bool vl = c.arch == Architecture::kQwen3VL;
+  if (vl && (!hf.contains("text_config") || !hf["text_config"].is_object())) {
+    return Status::Error("config.json: Qwen3VLForConditionalGeneration needs a text_config object");
+  }
+  if (vl && (!hf.contains("vision_config") || !hf["vision_config"].is_object())) {
+    return Status::Error(
+        "config.json: Qwen3VLForConditionalGeneration needs a vision_config object");
+  }
+  // The text model's fields: at the top level, or in text_config for Qwen3-VL.
+  const json& t = vl ? hf["text_config"] : hf;
   try {
-    c.vocab_size = hf.at("vocab_size").get<int64_t>();
-    c.hidden_size = hf.at("hidden_size").get<int64_t>();
-    c.intermediate_size = hf.at("intermediate_size").get<int64_t>();
-    c.num_layers = hf.at("num_hidden_layers").get<int64_t>();
-    c.num_heads = hf.at("num_attention_heads").get<int64_t>();
-    c.num_kv_heads = hf.value("num_key_value_heads", c.num_heads);
-    c.head_dim = hf.contains("head_dim") && hf["head_dim"].is_number()
-                     ? hf["head_dim"].get<int64_t>()
+    c.vocab_size = t.at("vocab_size").get<int64_t>();
+    c.hidden_size = t.at("hidden_size").get<int64_t>();
+    c.intermediate_size = t.at("intermediate_size").get<int64_t>();
+    c.num_layers = t.at("num_hidden_layers").get<int64_t>();
+    c.num_heads = t.at("num_attention_heads").get<int64_t>();
+    c.num_kv_heads = t.value("num_key_value_heads", c.num_heads);
+    c.head_dim = t.contains("head_dim") && t["head_dim"].is_number()
+                     ? t["head_dim"].get<int64_t>()
                      : c.hidden_size / c.num_heads;
-    c.rms_norm_eps = hf.value("rms_norm_eps", 1e-6);
-    c.max_position_embeddings = hf.value("max_position_embeddings", int64_t{32768});
-    c.tie_word_embeddings = hf.value("tie_word_embeddings", false);
-    if (hf.contains("attention_bias") && hf["attention_bias"].is_boolean()) {
-      c.qkv_bias = hf["attention_bias"].get<bool>() || c.arch == Architecture::kQwen2;
+    c.rms_norm_eps = t.value("rms_norm_eps", 1e-6);
+    c.max_position_embeddings = t.value("max_position_embeddings", int64_t{32768});
+    // Qwen3-VL keeps tie_word_embeddings at the top level (the text_config copy may be stale).
+    c.tie_word_embeddings = hf.contains("tie_word_embeddings")
+                                ? hf.value("tie_word_embeddings", false)
+                                : t.value("tie_word_embeddings", false);
+    if (t.contains("attention_bias") && t["attention_bias"].is_boolean()) {
+      c.qkv_bias = t["attention_bias"].get<bool>() || c.arch == Architecture::kQwen2;
     }
-    if (hf.contains("bos_token_id")) {
-      auto bos = id_list(hf["bos_token_id"]);
+    if (t.contains("bos_token_id")) {
+      auto bos = id_list(t["bos_token_id"]);
       if (!bos.empty()) c.bos_token_id = bos[0];
     }
-    if (hf.contains("eos_token_id")) c.eos_token_ids = id_list(hf["eos_token_id"]);
-    std::string act = hf.value("hidden_act", std::string("silu"));
+    if (t.contains("eos_token_id")) c.eos_token_ids = id_list(t["eos_token_id"]);
+    std::string act = t.value("hidden_act", std::string("silu"));
     if (act != "silu") {
       return Status::Error("config.json: hidden_act '" + act + "' is not supported (silu only)");
     }
   } catch (const json::exception& e) {
     return Status::Error(std::string("config.json: ") + e.what());
   }
-  KUIPER_RETURN_IF_ERROR(read_rope(hf, c));
+  KUIPER_RETURN_IF_ERROR(read_rope(t, c));
+  if (vl) {
+    KUIPER_RETURN_IF_ERROR(read_mrope(t, c));
+    c.image_token_id = required_id(hf, "image_token_id");
+    c.vision_start_token_id = required_id(hf, "vision_start_token_id");
+    c.vision_end_token_id = required_id(hf, "vision_end_token_id");
+    KUIPER_ASSIGN_OR_RETURN(VisionConfig vision, VisionConfig::from_hf(hf["vision_config"]));
+    c.vision = vision;
+  }
   KUIPER_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -197,9 +319,10 @@ Result<ModelConfig> ModelConfig::from_hf(const json& hf) {
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   std::vector<TensorSpec> specs;
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  const std::string text = c.text_prefix();
+  specs.push_back({text + "embed_tokens.weight", {c.vocab_size, H}});
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = text + "layers." + std::to_string(l) + ".";
     specs.push_back({p + "input_layernorm.weight", {H}});
     specs.push_back({p + "self_attn.q_proj.weight", {c.q_dim(), H}});
     specs.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), H}});
@@ -219,8 +342,11 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
     specs.push_back({p + "mlp.up_proj.weight", {I, H}});
     specs.push_back({p + "mlp.down_proj.weight", {H, I}});
   }
-  specs.push_back({"model.norm.weight", {H}});
+  specs.push_back({text + "norm.weight", {H}});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, H}});
+  if (c.vision) {
+    for (TensorSpec& spec : expected_vision_tensors(*c.vision)) specs.push_back(std::move(spec));
+  }
   return specs;
 }
 

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kuiper/base/status.h"
+#include "kuiper/model/tensor_spec.h"
+#include "kuiper/model/vision_config.h"
 
 namespace kuiper {
 
@@ -39,11 +42,26 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
+  // Qwen3-VL (kQwen3VL) only. Interleaved multimodal RoPE: rotary frequency j takes its position
+  // from axis h when j % 3 == 1 and j < 3 * mrope_section[1], from axis w when j % 3 == 2 and
+  // j < 3 * mrope_section[2], else from axis t; the sections sum to head_dim / 2. Empty for
+  // text-only models (ordinary RoPE).
+  std::vector<int64_t> mrope_section;
+  bool mrope_interleaved = false;  // the only layout supported (Qwen3-VL's)
+  int64_t image_token_id = -1;         // <|image_pad|>, one per merged vision token
+  int64_t vision_start_token_id = -1;  // <|vision_start|>
+  int64_t vision_end_token_id = -1;    // <|vision_end|>
+  std::optional<VisionConfig> vision;  // the vision tower; set exactly for kQwen3VL
+
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  bool is_mrope() const { return !mrope_section.empty(); }
+  // Where the text model's tensors live: "model.language_model." for Qwen3-VL, else "model.".
+  std::string text_prefix() const;
 
   // Checks the numbers are consistent (positive sizes, heads divisible by kv heads, ...).
   Status validate() const;
+  Status validate_vl() const;  // the Qwen3-VL fields (part of validate)
   nlohmann::json to_json() const;
   static Result<ModelConfig> from_json(const nlohmann::json& j);
   // From a Hugging Face config.json (older rope_theta/rope_scaling style or newer
@@ -51,11 +69,7 @@ struct ModelConfig {
   static Result<ModelConfig> from_hf(const nlohmann::json& hf);
 };
 
-// A tensor the model needs, by its Hugging Face name, with the shape the config implies.
-struct TensorSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-};
+// Every tensor the model needs (text model, lm_head and, for Qwen3-VL, the vision tower).
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
 
 }  // namespace kuiper

@@ -71,6 +71,9 @@ Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
   if (fs::exists(preprocessor_path, ec)) {
     KUIPER_ASSIGN_OR_RETURN(std::string text, read_text(preprocessor_path));
     KUIPER_ASSIGN_OR_RETURN(ckpt.preprocessor_config, parse_json(text, preprocessor_path));
+  } else if (ckpt.config.arch == Architecture::kQwen3VL) {
+    return Status::Error(dir + ": preprocessor_config.json is missing (the model file embeds the "
+                              "image processor settings of a vision model)");
   }
   KUIPER_ASSIGN_OR_RETURN(ckpt.weights, SafetensorsCheckpoint::open(dir));
   return ckpt;

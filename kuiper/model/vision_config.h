@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kuiper/base/status.h"
-#include "kuiper/model/config.h"
+#include "kuiper/model/tensor_spec.h"
 
 namespace kuiper {
 
