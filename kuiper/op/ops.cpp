@@ -113,6 +113,24 @@ Status rope(Tensor& x, const Tensor& positions, double theta) {
   KUIPER_DISPATCH(x.device(), rope(x, positions, theta));
 }
 
+Status mrope(Tensor& x, const Tensor& positions, double theta,
+             const std::vector<int64_t>& sections) {
+  KUIPER_RETURN_IF_ERROR(check_activation("mrope", x));
+  KUIPER_RETURN_IF_ERROR(same_device("mrope", {&x, &positions}));
+  if (x.ndim() != 3 || x.dim(2) % 2 != 0 || positions.dtype() != DataType::kInt32 ||
+      positions.numel() != 3 * x.dim(0)) {
+    return fail("mrope", "bad input " + x.describe() + " with positions " + positions.describe() +
+                             " (want int32 [3, " + std::to_string(x.dim(0)) + "])");
+  }
+  int64_t sum = 0;
+  for (int64_t s : sections) sum += s < 0 ? x.dim(2) : s;
+  if (sections.size() != 3 || sum != x.dim(2) / 2) {
+    return fail("mrope", "sections must be three non-negative counts summing to head_dim / 2 (" +
+                             std::to_string(x.dim(2) / 2) + ")");
+  }
+  KUIPER_DISPATCH(x.device(), mrope(x, positions, theta, sections));
+}
+
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("swiglu", gate));
   KUIPER_RETURN_IF_ERROR(same_shape_and_type("swiglu", gate, up));

@@ -28,6 +28,14 @@ Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out)
 // pairs (i, i + d/2) rotate by angle pos * theta^(-2i/d). x: [T, heads, d]; positions: int32 [T].
 Status rope(Tensor& x, const Tensor& positions, double theta);
 
+// Qwen3-VL's interleaved multimodal rotary embedding in place, rope() with per-frequency
+// positions: frequency i of each head rotates by positions[a, t] * theta^(-2i/d), where axis a is
+// 1 (h) when i % 3 == 1 and i < 3 * sections[1], 2 (w) when i % 3 == 2 and i < 3 * sections[2],
+// else 0 (t). x: [T, heads, d]; positions: int32 [3, T] (rows t, h, w) on x's device; sections:
+// three counts summing to d / 2. With three equal rows it is rope() at that row.
+Status mrope(Tensor& x, const Tensor& positions, double theta,
+             const std::vector<int64_t>& sections);
+
 // out = silu(gate) * up, elementwise. out may alias gate or up.
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 

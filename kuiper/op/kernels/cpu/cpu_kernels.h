@@ -13,6 +13,8 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 void rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
 void rope(Tensor& x, const Tensor& positions, double theta);
+void mrope(Tensor& x, const Tensor& positions, double theta,
+           const std::vector<int64_t>& sections);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);

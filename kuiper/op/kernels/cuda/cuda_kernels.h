@@ -18,6 +18,8 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
                           const Tensor* k_norm, double eps, const Tensor& positions,
                           double theta, Tensor& k_cache, Tensor& v_cache);
 Status rope(Tensor& x, const Tensor& positions, double theta);
+Status mrope(Tensor& x, const Tensor& positions, double theta,
+             const std::vector<int64_t>& sections);
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 Status add(const Tensor& a, const Tensor& b, Tensor& out);
 Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
