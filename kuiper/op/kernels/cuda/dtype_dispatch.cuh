@@ -6,7 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "kuiper/base/cuda_runtime.h"
 #include "kuiper/base/dtype.h"
@@ -74,6 +76,53 @@ Status visit_activation(DataType t, Fn&& fn) {
 
 inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// Programmatic dependent launch (PDL, sm_90): a kernel launched by launch_pdl may start while the
+// previous kernel on the stream is still running. Before it reads anything that kernel writes
+// (or writes anything it reads) it must call grid_dependency_wait(), which returns once the
+// previous grid has completed and its memory is visible; what comes before the wait may only
+// touch data no earlier kernel of the step writes (weights). grid_launch_dependents() lets the
+// next PDL kernel start early. Both are no-ops when the kernel was launched without PDL.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// PDL is on unless the environment sets KUIPER_NO_PDL (for A/B timing).
+inline bool pdl_enabled() {
+  static const bool enabled = std::getenv("KUIPER_NO_PDL") == nullptr;
+  return enabled;
+}
+
+// kernel<<<grid, block, smem, stream()>>>(args...) with PDL allowed; a failed launch is returned
+// (and cleared, so the next launch check does not report it again).
+template <typename... Params, typename... Args>
+Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  const char* what, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream();
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (launched != cudaSuccess) {
+    (void)cudaGetLastError();
+    return check(launched, what);
+  }
+  return Status::Ok();
 }
 
 }  // namespace kuiper::cuda

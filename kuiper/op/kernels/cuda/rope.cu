@@ -40,7 +40,8 @@ __global__ void rope_kernel(TX* x, const int32_t* __restrict__ positions, InvFre
 // token blockIdx.x, over the Hq query heads, then the Hkv key heads, then the Hkv value heads.
 // q and k heads are RMS-normalised (when a norm weight is given) and rotated in place, each
 // value rounded to TX where the unfused rmsnorm and rope kernels store it; key heads are also
-// written to the cache row at the token's position, value heads only copied there.
+// written to the cache row at the token's position, value heads only copied there. Launched
+// with PDL: it waits for the q/k/v GEMV before reading anything.
 constexpr int kPrepWarps = 4;
 
 struct PrepArgs {
@@ -57,6 +58,7 @@ template <typename TX>
 __global__ void __launch_bounds__(kPrepWarps * 32)
     qk_norm_rope_cache_kernel(TX* q, TX* k, const TX* __restrict__ v, TX* k_cache, TX* v_cache,
                               const PrepArgs a, const InvFreq inv_freq) {
+  grid_dependency_wait();  // q, k and v come from the GEMV before
   const int lane = threadIdx.x % 32;
   const int head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
   if (head >= a.Hq + 2 * a.Hkv) return;
@@ -149,11 +151,9 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
   const dim3 grid(static_cast<unsigned>(T), blocks_for(a.Hq + 2 * a.Hkv, kPrepWarps));
   return visit_activation(q.dtype(), [&](auto tag) {
     using TX = typename decltype(tag)::type;
-    qk_norm_rope_cache_kernel<TX><<<grid, kPrepWarps * 32, 0, stream()>>>(
-        q.data<TX>(), k.data<TX>(), v.data<TX>(), k_cache.data<TX>(), v_cache.data<TX>(), a,
-        inv_freq);
-    KUIPER_CUDA_CHECK_LAUNCH("qk_norm_rope_cache kernel");
-    return Status::Ok();
+    return launch_pdl(qk_norm_rope_cache_kernel<TX>, grid, dim3(kPrepWarps * 32), 0,
+                      "qk_norm_rope_cache kernel launch", q.data<TX>(), k.data<TX>(),
+                      v.data<TX>(), k_cache.data<TX>(), v_cache.data<TX>(), a, inv_freq);
   });
 }
 
