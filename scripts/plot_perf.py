@@ -157,13 +157,15 @@ def tables(data):
     mem = data["memory"]
     if mem:
         out.append("Peak GPU memory of the decode sweep (model_<kind>.json: memory[]; allocator "
-                   "high-water mark; device used = cudaMemGetInfo, CUDA context included)\n")
-        out.append("| attention | KV tokens | weights GiB | KV cache GiB | peak GiB | peak - weights - KV GiB | device used GiB |")
-        out.append("|---|---|---|---|---|---|---|")
+                   "high-water mark; reserved = held from CUDA by the allocator; device used = cudaMemGetInfo, CUDA context included)\n")
+        out.append("| attention | KV tokens | weights GiB | KV cache GiB | peak GiB | peak - weights - KV GiB | "
+                   "reserved GiB | device used GiB |")
+        out.append("|---|---|---|---|---|---|---|---|")
         for k in kinds_in(mem):
             for m in (m for m in mem if m["attention"] == k):
                 out.append(f"| {k} | {m['max_context']} | {m['weights_gib']:.2f} | {m['kv_cache_gib']:.2f} | "
-                           f"{m['peak_gib']:.2f} | {m['excess_gib']:.2f} | {m['device_used_gib']:.2f} |")
+                           f"{m['peak_gib']:.2f} | {m['excess_gib']:.2f} | {m['reserved_gib']:.2f} | "
+                           f"{m['device_used_gib']:.2f} |")
         out.append("")
     if data["copy_gb_s"]:
         out.append(f"Device-to-device copy (read + write): {data['copy_gb_s']:.0f} GB/s on {data['device']}; "
