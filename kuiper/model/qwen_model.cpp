@@ -1,4 +1,5 @@
 #include "kuiper/model/qwen_model.h"
+#include "kuiper/model/qwen3_vl_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +19,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
     case Architecture::kQwen3: {
       KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
                               QwenModel::create(std::move(file), options));
+      return std::unique_ptr<Model>(std::move(model));
+    }
+    case Architecture::kQwen3VL: {
+      KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3VLModel> model,
+                              Qwen3VLModel::create(std::move(file), options));
       return std::unique_ptr<Model>(std::move(model));
     }
     default:
@@ -153,7 +159,7 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& c
     float scale = 0.1f, offset = 0.0f;
     if (ends_with(name, "norm.weight")) {
       offset = 1.0f;
-    } else if (name == "model.embed_tokens.weight") {
+    } else if (ends_with(name, "embed_tokens.weight")) {
       scale = 1.0f;
     } else if (shape.size() == 2) {
       scale = std::sqrt(3.0f / static_cast<float>(shape[1]));
@@ -170,8 +176,9 @@ Status QwenModel::build_weights(Get&& get) {
   const DeviceType dev = options_.device;
   const DataType act = options_.activation;
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  KUIPER_RETURN_IF_ERROR(get("model.embed_tokens.weight", {c.vocab_size, H}, embed_));
-  KUIPER_RETURN_IF_ERROR(get("model.norm.weight", {H}, final_norm_));
+  const std::string text = c.text_prefix();  // "model." ("model.language_model." for Qwen3-VL)
+  KUIPER_RETURN_IF_ERROR(get(text + "embed_tokens.weight", {c.vocab_size, H}, embed_));
+  KUIPER_RETURN_IF_ERROR(get(text + "norm.weight", {H}, final_norm_));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
   } else {
@@ -180,7 +187,7 @@ Status QwenModel::build_weights(Get&& get) {
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = text + "layers." + std::to_string(l) + ".";
     KUIPER_RETURN_IF_ERROR(get(p + "input_layernorm.weight", {H}, L.input_norm));
     KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_proj.weight", {c.q_dim(), H}, L.q_proj));
     KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_proj.weight", {c.kv_dim(), H}, L.k_proj));
@@ -252,6 +259,9 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap, int64_t logi
   w.capacity = cap;
   KUIPER_ASSIGN_OR_RETURN(w.ids, Tensor::empty({cap}, DataType::kInt32, dev));
   KUIPER_ASSIGN_OR_RETURN(w.positions, Tensor::empty({cap}, DataType::kInt32, dev));
+  if (c.is_mrope()) {
+    KUIPER_ASSIGN_OR_RETURN(w.rope_positions, Tensor::empty({3 * cap}, DataType::kInt32, dev));
+  }
   KUIPER_ASSIGN_OR_RETURN(w.x, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.h, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.o, Tensor::empty({cap, c.hidden_size}, act, dev));
@@ -304,9 +314,21 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
   }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
-  KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
-      q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
-      positions, c.rope_theta, L.k_cache, L.v_cache));
+  if (c.is_mrope()) {  // Qwen3-VL: the rotary positions are [3, T], apart from the cache rows
+    KUIPER_ASSIGN_OR_RETURN(Tensor rope3, ws.rope_positions.rows(0, 3 * T).reshape({3, T}));
+    if (c.qk_norm) {
+      KUIPER_RETURN_IF_ERROR(op::rmsnorm(q_heads, L.q_norm, eps, q_heads));
+      KUIPER_RETURN_IF_ERROR(op::rmsnorm(k_heads, L.k_norm, eps, k_heads));
+    }
+    KUIPER_RETURN_IF_ERROR(op::mrope(q_heads, rope3, c.rope_theta, c.mrope_section));
+    KUIPER_RETURN_IF_ERROR(op::mrope(k_heads, rope3, c.rope_theta, c.mrope_section));
+    KUIPER_RETURN_IF_ERROR(op::kv_write(k, L.k_cache, positions));
+    KUIPER_RETURN_IF_ERROR(op::kv_write(v, L.v_cache, positions));
+  } else {
+    KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
+        q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
+        positions, c.rope_theta, L.k_cache, L.v_cache));
+  }
 
   op::AttentionArgs args;
   args.q = q_heads;
@@ -342,7 +364,11 @@ Status QwenModel::run_forward(const Workspace& ws, int64_t T, int64_t start, int
                               int64_t logit_row0) {
   Tensor x = ws.x.rows(0, T);
   KUIPER_RETURN_IF_ERROR(op::embedding(embed_, ws.ids.rows(0, T), x));
-  for (Layer& layer : layers_) KUIPER_RETURN_IF_ERROR(run_layer(layer, ws, T, start));
+  if (hidden_hook_) KUIPER_RETURN_IF_ERROR(hidden_hook_(-1, x));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    KUIPER_RETURN_IF_ERROR(run_layer(layers_[l], ws, T, start));
+    if (hidden_hook_) KUIPER_RETURN_IF_ERROR(hidden_hook_(static_cast<int64_t>(l), x));
+  }
   if (logit_rows == 0) return Status::Ok();
   const int64_t first = T - logit_rows;
   Tensor last = ws.x.rows(first, logit_rows);

@@ -38,6 +38,9 @@ class QwenModel : public Model {
   struct Workspace {
     int64_t capacity = 0;
     Tensor ids, positions, x, h, q, k, v, attn, o, gate, up, logits;
+    // M-RoPE models (Qwen3-VL): int32 [3 * capacity], the first 3T entries the [3, T] rotary
+    // positions (rows t, h, w); positions stays the tokens' cache rows.
+    Tensor rope_positions;
     // One-token workspaces only: q|k|v and gate|up back to back, the outputs of the stacked
     // GEMVs; q, k, v, gate and up are views of them.
     Tensor qkv, gate_up;
@@ -68,6 +71,10 @@ class QwenModel : public Model {
   std::unique_ptr<op::AttentionOp> prefill_attention_, decode_attention_;
   Workspace prefill_ws_, decode_ws_;
   std::unique_ptr<DecodeGraph> graph_;
+  // Runs on the hidden states x [T, hidden] after the embedding (layer -1) and after each decoder
+  // layer; Qwen3-VL sets it for a prefill with images (vision embeddings, deepstack).
+  std::function<Status(int64_t layer, Tensor& x)> hidden_hook_;
+  friend class Qwen3VLModel;  // drives the layers with its own positions and hook
 };
 
 }  // namespace kuiper

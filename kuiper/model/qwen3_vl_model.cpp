@@ -1,0 +1,244 @@
+#include "kuiper/model/qwen3_vl_model.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kuiper/op/ops.h"
+
+namespace kuiper {
+
+Result<RopeIndex> qwen3_vl_rope_index(const std::vector<int32_t>& ids, int64_t image_token_id,
+                                      int64_t merge,
+                                      const std::vector<std::array<int64_t, 3>>& grids) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (merge <= 0) return Status::Error("rope index: spatial merge size must be positive");
+  RopeIndex r;
+  r.positions.assign(static_cast<size_t>(3 * T), 0);
+  int64_t next = 0;  // the position the next text token takes: the running max + 1
+  size_t image = 0;
+  for (int64_t i = 0; i < T;) {
+    if (ids[static_cast<size_t>(i)] != image_token_id) {
+      for (int a = 0; a < 3; ++a) r.positions[static_cast<size_t>(a * T + i)] = static_cast<int32_t>(next);
+      ++next;
+      ++i;
+      continue;
+    }
+    if (image == grids.size()) {
+      return Status::Error("the prompt has image tokens beyond its " + std::to_string(grids.size()) +
+                           " image(s) (token " + std::to_string(i) + ")");
+    }
+    const auto& g = grids[image];
+    if (g[0] <= 0 || g[1] <= 0 || g[2] <= 0 || g[1] % merge != 0 || g[2] % merge != 0) {
+      return Status::Error("image " + std::to_string(image) + ": grid (" + std::to_string(g[0]) +
+                           ", " + std::to_string(g[1]) + ", " + std::to_string(g[2]) +
+                           ") is not a positive grid with h and w multiples of the merge size " +
+                           std::to_string(merge));
+    }
+    const int64_t gt = g[0], gh = g[1] / merge, gw = g[2] / merge, n = gt * gh * gw;
+    int64_t run = 0;
+    while (i + run < T && ids[static_cast<size_t>(i + run)] == image_token_id) ++run;
+    if (run < n) {
+      return Status::Error("image " + std::to_string(image) + " needs " + std::to_string(n) +
+                           " image tokens but the prompt has " + std::to_string(run) +
+                           " at token " + std::to_string(i));
+    }
+    for (int64_t t = 0; t < gt; ++t) {
+      for (int64_t h = 0; h < gh; ++h) {
+        for (int64_t w = 0; w < gw; ++w) {
+          const size_t k = static_cast<size_t>(i + (t * gh + h) * gw + w);
+          r.positions[k] = static_cast<int32_t>(next + t);
+          r.positions[static_cast<size_t>(T) + k] = static_cast<int32_t>(next + h);
+          r.positions[static_cast<size_t>(2 * T) + k] = static_cast<int32_t>(next + w);
+        }
+      }
+    }
+    r.spans.emplace_back(i, n);
+    next += std::max({gt, gh, gw});
+    i += n;
+    ++image;
+  }
+  if (image != grids.size()) {
+    return Status::Error("the prompt has tokens for " + std::to_string(image) + " image(s) but " +
+                         std::to_string(grids.size()) + " were given");
+  }
+  r.delta = next - T;
+  return r;
+}
+
+Qwen3VLModel::Qwen3VLModel(std::unique_ptr<QwenModel> text)
+    : Model(text->config(), text->file_, text->options(), text->max_context()),
+      text_(std::move(text)) {}
+
+Qwen3VLModel::~Qwen3VLModel() = default;
+
+Result<std::unique_ptr<Qwen3VLModel>> Qwen3VLModel::create(std::shared_ptr<ModelFile> file,
+                                                           const ModelOptions& options) {
+  if (file->config().arch != Architecture::kQwen3VL || !file->config().is_mrope()) {
+    return Status::Error(file->path() + ": not a Qwen3-VL model file");
+  }
+  KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> text, QwenModel::create(file, options));
+  return std::unique_ptr<Qwen3VLModel>(new Qwen3VLModel(std::move(text)));
+}
+
+int64_t Qwen3VLModel::rope_delta_at(int64_t position) const {
+  int64_t delta = 0;
+  for (const auto& [first, d] : deltas_) {
+    if (first <= position) delta = d;
+  }
+  return delta;
+}
+
+void Qwen3VLModel::truncate_deltas(int64_t start) {
+  deltas_.erase(std::remove_if(deltas_.begin(), deltas_.end(),
+                               [start](const auto& e) { return e.first > start; }),
+                deltas_.end());
+}
+
+Result<Tensor> Qwen3VLModel::forward(const std::vector<int32_t>& ids, int64_t start,
+                                     bool all_logits) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == config_.image_token_id) {
+      return Status::Error("forward: token " + std::to_string(i) +
+                           " is an image token; prompts with images go through "
+                           "forward_with_images");
+    }
+  }
+  return run(ids, start, all_logits, nullptr, nullptr);
+}
+
+namespace {
+
+// t as the model's activation dtype on its device (a copy unless it already is).
+Result<Tensor> to_activation(const Tensor& t, DataType act, DeviceType device) {
+  if (t.dtype() == act && t.device() == device) return t;
+  KUIPER_ASSIGN_OR_RETURN(Tensor host, t.to(DeviceType::kCpu));
+  Tensor converted = host;
+  if (host.dtype() != act) {
+    KUIPER_ASSIGN_OR_RETURN(converted, Tensor::empty(host.shape(), act));
+    KUIPER_RETURN_IF_ERROR(convert_elements(host.raw(), host.dtype(), converted.raw(), act,
+                                            static_cast<size_t>(host.numel())));
+  }
+  return converted.to(device);
+}
+
+}  // namespace
+
+Result<Tensor> Qwen3VLModel::forward_with_vision_embeds(
+    const std::vector<int32_t>& ids, int64_t start,
+    const std::vector<std::array<int64_t, 3>>& grids, const Tensor& embeds,
+    const std::vector<Tensor>& deepstack, bool all_logits) {
+  const ModelConfig& c = config_;
+  const int64_t merge = c.vision->spatial_merge_size;
+  KUIPER_ASSIGN_OR_RETURN(RopeIndex index,
+                          qwen3_vl_rope_index(ids, c.image_token_id, merge, grids));
+  int64_t tokens = 0;
+  for (const auto& span : index.spans) tokens += span.second;
+  auto check = [&](const Tensor& t, const std::string& what) -> Status {
+    if (!t.defined() || t.ndim() != 2 || t.dim(0) != tokens || t.dim(1) != c.hidden_size) {
+      return Status::Error(what + " must be [" + std::to_string(tokens) + ", " +
+                           std::to_string(c.hidden_size) + "] for the prompt's image tokens, got " +
+                           (t.defined() ? t.describe() : std::string("nothing")));
+    }
+    return Status::Ok();
+  };
+  KUIPER_RETURN_IF_ERROR(check(embeds, "vision embeddings"));
+  if (static_cast<int64_t>(deepstack.size()) > c.num_layers) {
+    return Status::Error("more deepstack features (" + std::to_string(deepstack.size()) +
+                         ") than decoder layers (" + std::to_string(c.num_layers) + ")");
+  }
+  const DataType act = options_.activation;
+  const DeviceType dev = options_.device;
+  KUIPER_ASSIGN_OR_RETURN(Tensor emb, to_activation(embeds, act, dev));
+  std::vector<Tensor> ds;
+  for (size_t k = 0; k < deepstack.size(); ++k) {
+    KUIPER_RETURN_IF_ERROR(check(deepstack[k], "deepstack feature " + std::to_string(k)));
+    KUIPER_ASSIGN_OR_RETURN(Tensor d, to_activation(deepstack[k], act, dev));
+    ds.push_back(std::move(d));
+  }
+
+  // Positions continue the cache: this prompt's first token sits at start + the delta there.
+  truncate_deltas(start);
+  const int64_t base = start + rope_delta_at(start);
+  for (int32_t& p : index.positions) p += static_cast<int32_t>(base);
+
+  // The vision rows replace the image-pad embeddings; deepstack k is added after layer k.
+  auto hook = [&](int64_t layer, Tensor& x) -> Status {
+    if (layer >= static_cast<int64_t>(ds.size())) return Status::Ok();
+    int64_t row = 0;
+    for (const auto& [first, count] : index.spans) {
+      Tensor dst = x.rows(first, count);
+      if (layer < 0) {
+        KUIPER_RETURN_IF_ERROR(dst.copy_from(emb.rows(row, count)));
+      } else {
+        KUIPER_RETURN_IF_ERROR(op::add(dst, ds[static_cast<size_t>(layer)].rows(row, count), dst));
+      }
+      row += count;
+    }
+    return Status::Ok();
+  };
+  const int64_t T = static_cast<int64_t>(ids.size());
+  KUIPER_ASSIGN_OR_RETURN(Tensor logits, run(ids, start, all_logits, &index.positions, hook));
+  deltas_.emplace_back(start + T, rope_delta_at(start) + index.delta);
+  return logits;
+}
+
+Result<Tensor> Qwen3VLModel::run(const std::vector<int32_t>& ids, int64_t start, bool all_logits,
+                                 const std::vector<int32_t>* rope3,
+                                 const std::function<Status(int64_t, Tensor&)>& hook) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (T == 0) return Status::Error("forward: no tokens");
+  if (start < 0 || start + T > max_context_) {
+    return Status::Error("forward: positions " + std::to_string(start) + ".." +
+                         std::to_string(start + T) + " exceed the context of " +
+                         std::to_string(max_context_) + " tokens");
+  }
+  for (int32_t id : ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return Status::Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                           std::to_string(c.vocab_size) + ")");
+    }
+  }
+  truncate_deltas(start);
+  std::vector<int32_t> slots(static_cast<size_t>(T));
+  std::iota(slots.begin(), slots.end(), static_cast<int32_t>(start));
+  std::vector<int32_t> shifted;
+  if (rope3 == nullptr) {  // text: cache position + delta on all three axes
+    const int32_t delta = static_cast<int32_t>(rope_delta_at(start));
+    shifted.reserve(static_cast<size_t>(3 * T));
+    for (int a = 0; a < 3; ++a) {
+      for (int32_t s : slots) shifted.push_back(s + delta);
+    }
+    rope3 = &shifted;
+  }
+  const int64_t logit_rows = all_logits ? T : 1;
+  QwenModel& m = *text_;
+  if (T > 1 && (m.prefill_ws_.capacity < T || m.prefill_ws_.logits.dim(0) < logit_rows)) {
+    m.prefill_ws_ = QwenModel::Workspace();  // release the old buffers first
+    KUIPER_ASSIGN_OR_RETURN(m.prefill_ws_, m.make_workspace(T, logit_rows));
+  }
+  const QwenModel::Workspace& ws = T == 1 ? m.decode_ws_ : m.prefill_ws_;
+  auto upload = [](const Tensor& dst, const std::vector<int32_t>& src) {
+    Tensor host = Tensor::view(const_cast<int32_t*>(src.data()),
+                               {static_cast<int64_t>(src.size())}, DataType::kInt32,
+                               DeviceType::kCpu);
+    Tensor d = dst;
+    return d.copy_from(host);
+  };
+  KUIPER_RETURN_IF_ERROR(upload(ws.ids.rows(0, T), ids));
+  KUIPER_RETURN_IF_ERROR(upload(ws.positions.rows(0, T), slots));
+  KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions.rows(0, 3 * T), *rope3));
+
+  if (T == 1 && m.graph_ != nullptr && !hook) {
+    // The graph reads the token, its cache row and its rotary positions from device memory.
+    KUIPER_RETURN_IF_ERROR(m.run_decode_graph(start));
+  } else {
+    m.hidden_hook_ = hook;
+    Status s = m.run_forward(ws, T, start, logit_rows);
+    m.hidden_hook_ = nullptr;
+    KUIPER_RETURN_IF_ERROR(s);
+  }
+  return ws.logits.rows(0, logit_rows);
+}
+
+}  // namespace kuiper

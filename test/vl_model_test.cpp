@@ -1,0 +1,251 @@
+// Qwen3-VL against Hugging Face transformers (golden.safetensors of shared/fixtures/qwen3-vl-tiny):
+// the 3-D rotary positions of the image prompt, the text-only chat prompt, and the image prompt
+// with the golden vision tower outputs (embeddings and deepstack features): last-position logits,
+// top ids at every position, and the greedy continuation, which runs through decode with the
+// rope delta. CPU fp32 always; the same on CUDA fp32 (eager and CUDA-graph decode) in Cuda* tests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kuiper/base/allocator.h"
+#include "kuiper/model/qwen3_vl_model.h"
+#include "support/assertions.h"
+#include "support/cli.h"
+#include "support/fixture_checkpoint.h"
+#include "support/golden.h"
+#include "support/paths.h"
+
+namespace kuiper::test {
+namespace {
+
+const char kFixture[] = "qwen3-vl-tiny";
+
+std::vector<float> host_floats(const Tensor& t) {
+  Tensor host = t.to(DeviceType::kCpu).value();
+  return std::vector<float>(host.data<float>(), host.data<float>() + host.numel());
+}
+
+Tensor golden_tensor(const Golden& g, const std::string& name) {
+  const GoldenTensor& t = g.at(name);
+  Tensor out = Tensor::empty(t.shape, DataType::kFp32).value();
+  std::copy(t.f32.begin(), t.f32.end(), out.data<float>());
+  return out;
+}
+
+std::array<int64_t, 3> golden_grid(const Golden& g, const std::string& name) {
+  const std::vector<int32_t>& v = g.at(name).i32;
+  return {v[0], v[1], v[2]};
+}
+
+std::unique_ptr<Qwen3VLModel> load_vl(const ModelOptions& options) {
+  const std::string path = converted_fixture(kFixture, DataType::kFp32);
+  Result<std::unique_ptr<Model>> model = Model::load(path, options);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return nullptr;
+  auto* vl = dynamic_cast<Qwen3VLModel*>(model->get());
+  EXPECT_NE(vl, nullptr) << "Model::load did not return the Qwen3-VL model";
+  if (vl == nullptr) return nullptr;
+  model->release();
+  return std::unique_ptr<Qwen3VLModel>(vl);
+}
+
+// Every position's top ids against the golden ones where the golden ranking is unambiguous, and
+// the last position's logits within 1e-4 (max abs error over max abs value).
+void expect_logits_match(const std::vector<float>& all, const Golden& g, const std::string& p,
+                         size_t V) {
+  const size_t T = g.at(p + ".ids").i32.size();
+  ASSERT_EQ(all.size(), T * V);
+  const std::vector<float>& last = g.at(p + ".logits_last").f32;
+  const double err = relative_max_error(all.data() + (T - 1) * V, last.data(), V);
+  EXPECT_LE(err, 1e-4);
+  std::printf("[ measured ] %s: last-position logits max rel error %.3g\n", p.c_str(), err);
+  const GoldenTensor& top_ids = g.at(p + ".top_ids");
+  const GoldenTensor& top_vals = g.at(p + ".top_vals");
+  int compared = 0;
+  for (size_t t = 0; t < T; ++t) {
+    const std::vector<int32_t> ours = top_k(all.data() + t * V, V, 8);
+    const int32_t* gid = top_ids.i32.data() + t * 8;
+    const float* gval = top_vals.f32.data() + t * 8;
+    for (int r = 0; r < 7; ++r) {
+      const bool clear = (r == 0 || gval[r - 1] - gval[r] > 1e-4f) && gval[r] - gval[r + 1] > 1e-4f;
+      if (!clear) continue;
+      EXPECT_EQ(ours[r], gid[r]) << p << " position " << t << " rank " << r;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, static_cast<int>(T));
+}
+
+// Teacher-forced greedy decode from `logits` (the prompt's last row): each step feeds the golden
+// token at the next cache position and must pick the golden token where its margin is clear.
+void expect_greedy(Model& model, Result<Tensor> logits, const Golden& g, const std::string& p) {
+  const std::vector<int32_t>& greedy = g.at(p + ".greedy").i32;
+  const std::vector<float>& margin = g.at(p + ".greedy_margin").f32;
+  const int64_t T = static_cast<int64_t>(g.at(p + ".ids").i32.size());
+  const size_t V = static_cast<size_t>(model.config().vocab_size);
+  int checked = 0;
+  for (size_t step = 0; step < greedy.size(); ++step) {
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    const std::vector<float> row = host_floats(*logits);
+    ASSERT_EQ(row.size(), V);
+    if (margin[step] > 1e-2f) {
+      EXPECT_EQ(top_k(row.data(), V, 1)[0], greedy[step]) << p << " step " << step;
+      ++checked;
+    }
+    logits = model.forward({greedy[step]}, T + static_cast<int64_t>(step), false);
+  }
+  EXPECT_GT(checked, static_cast<int>(greedy.size()) / 2);
+}
+
+TEST(VlRopeIndex, MatchesGoldenPositionIds) {
+  Golden g = Golden::load(kFixture);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  const ModelConfig config =
+      ModelConfig::from_hf(nlohmann::json::parse(
+                               read_text(fixtures_dir() + "/" + kFixture + "/config.json")))
+          .value();
+  for (const char* grid : {"image.grid_thw_fast", "image.grid_thw_slow"}) {
+    Result<RopeIndex> r = qwen3_vl_rope_index(ids, config.image_token_id,
+                                              config.vision->spatial_merge_size,
+                                              {golden_grid(g, grid)});
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->positions, g.at("img.position_ids").i32) << grid;
+    const int32_t max = *std::max_element(r->positions.begin(), r->positions.end());
+    EXPECT_EQ(r->delta, max + 1 - static_cast<int64_t>(ids.size()));
+    EXPECT_LT(r->delta, 0);  // 70 image tokens span a 7x10 grid: later positions move back
+    ASSERT_EQ(r->spans.size(), 1u);
+    EXPECT_EQ(r->spans[0].second, 70);
+    EXPECT_EQ(ids[static_cast<size_t>(r->spans[0].first) - 1], config.vision_start_token_id);
+    EXPECT_EQ(ids[static_cast<size_t>(r->spans[0].first + 70)], config.vision_end_token_id);
+  }
+}
+
+TEST(VlRopeIndex, TextIsArangeAndMismatchesAreErrors) {
+  const int32_t pad = 9;
+  Result<RopeIndex> text = qwen3_vl_rope_index({1, 2, 3}, pad, 2, {});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->positions, std::vector<int32_t>({0, 1, 2, 0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(text->delta, 0);
+
+  // Two images, (1, 4, 6) -> 2x3 merged and (2, 2, 2) -> 2 frames of 1x1, between text.
+  std::vector<int32_t> ids = {5, pad, pad, pad, pad, pad, pad, 6, pad, pad, 7};
+  Result<RopeIndex> two = qwen3_vl_rope_index(ids, pad, 2, {{1, 4, 6}, {2, 2, 2}});
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  EXPECT_EQ(two->positions, std::vector<int32_t>({0, 1, 1, 1, 1, 1, 1, 4, 5, 6, 7,    // t
+                                                  0, 1, 1, 1, 2, 2, 2, 4, 5, 5, 7,    // h
+                                                  0, 1, 2, 3, 1, 2, 3, 4, 5, 5, 7}));  // w
+  EXPECT_EQ(two->delta, 8 - 11);
+  EXPECT_EQ(two->spans, (std::vector<std::pair<int64_t, int64_t>>{{1, 6}, {8, 2}}));
+
+  EXPECT_EQ(qwen3_vl_rope_index(ids, pad, 2, {{1, 4, 6}}).status().message(),
+            "the prompt has image tokens beyond its 1 image(s) (token 8)");
+  EXPECT_EQ(qwen3_vl_rope_index(ids, pad, 2, {{1, 4, 6}, {2, 2, 2}, {1, 2, 2}}).status().message(),
+            "the prompt has tokens for 2 image(s) but 3 were given");
+  EXPECT_EQ(qwen3_vl_rope_index(ids, pad, 2, {{1, 4, 8}, {2, 2, 2}}).status().message(),
+            "image 0 needs 8 image tokens but the prompt has 6 at token 1");
+  EXPECT_FALSE(qwen3_vl_rope_index(ids, pad, 2, {{1, 3, 6}, {2, 2, 2}}).ok());
+}
+
+// The golden checks on one device.
+void text_only_chat(const ModelOptions& options) {
+  Golden g = Golden::load(kFixture);
+  auto model = load_vl(options);
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t>& ids = g.at("chat.ids").i32;
+  Result<Tensor> logits = model->forward(ids, 0, true);
+  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  expect_logits_match(host_floats(*logits), g, "chat",
+                      static_cast<size_t>(model->config().vocab_size));
+}
+
+void image_prompt_with_golden_vision(const ModelOptions& options) {
+  Golden g = Golden::load(kFixture);
+  auto model = load_vl(options);
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  const std::vector<std::array<int64_t, 3>> grids = {golden_grid(g, "image.grid_thw_fast")};
+  const Tensor embeds = golden_tensor(g, "image.vision_embeds");
+  const std::vector<Tensor> deepstack = {golden_tensor(g, "image.deepstack0"),
+                                         golden_tensor(g, "image.deepstack1")};
+  const size_t V = static_cast<size_t>(model->config().vocab_size);
+  Result<Tensor> all = model->forward_with_vision_embeds(ids, 0, grids, embeds, deepstack, true);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  expect_logits_match(host_floats(*all), g, "img", V);
+
+  const std::vector<int32_t>& pos = g.at("img.position_ids").i32;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const int64_t delta = *std::max_element(pos.begin(), pos.end()) + 1 - T;
+  EXPECT_EQ(model->rope_delta_at(T), delta);
+  EXPECT_EQ(model->rope_delta_at(0), 0);
+
+  // Again with only the last row, then decode: the delta carries into every step.
+  Result<Tensor> last = model->forward_with_vision_embeds(ids, 0, grids, embeds, deepstack, false);
+  ASSERT_TRUE(last.ok()) << last.status().message();
+  expect_greedy(*model, std::move(last), g, "img");
+}
+
+// Without the image's vision rows the model must not match: the test can fail.
+void wrong_vision_rows_do_not_match(const ModelOptions& options) {
+  Golden g = Golden::load(kFixture);
+  auto model = load_vl(options);
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  const Tensor embeds = golden_tensor(g, "image.vision_embeds");
+  Result<Tensor> no_deepstack = model->forward_with_vision_embeds(
+      ids, 0, {golden_grid(g, "image.grid_thw_fast")}, embeds, {}, false);
+  ASSERT_TRUE(no_deepstack.ok()) << no_deepstack.status().message();
+  const std::vector<float>& want = g.at("img.logits_last").f32;
+  EXPECT_GT(relative_max_error(host_floats(*no_deepstack).data(), want.data(), want.size()), 1e-3);
+}
+
+TEST(VlModel, TextOnlyChatMatchesHuggingFace) { text_only_chat(ModelOptions{}); }
+
+TEST(VlModel, ImagePromptWithGoldenVisionEmbedsMatchesHuggingFace) {
+  image_prompt_with_golden_vision(ModelOptions{});
+}
+
+TEST(VlModel, DeepstackMatters) { wrong_vision_rows_do_not_match(ModelOptions{}); }
+
+TEST(VlModel, BadInputsAreClearErrors) {
+  auto model = load_vl(ModelOptions{});
+  ASSERT_NE(model, nullptr);
+  Golden g = Golden::load(kFixture);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  Result<Tensor> r = model->forward(ids, 0, false);
+  EXPECT_NE(r.status().message().find("is an image token"), std::string::npos)
+      << r.status().message();
+  const Tensor embeds = golden_tensor(g, "image.vision_embeds");
+  Tensor short_embeds = embeds.rows(0, 69);
+  r = model->forward_with_vision_embeds(ids, 0, {golden_grid(g, "image.grid_thw_fast")},
+                                        short_embeds, {}, false);
+  EXPECT_EQ(r.status().message(),
+            "vision embeddings must be [70, 128] for the prompt's image tokens, got "
+            "fp32[69,128]@cpu");
+}
+
+ModelOptions cuda_options(bool graph) {
+  ModelOptions o;
+  o.device = DeviceType::kCuda;
+  o.activation = DataType::kFp32;
+  o.cuda_graph = graph;
+  return o;
+}
+
+TEST(CudaVlModel, TextOnlyChatMatchesHuggingFace) {
+  SKIP_WITHOUT_CUDA();
+  text_only_chat(cuda_options(false));
+}
+
+TEST(CudaVlModel, ImagePromptWithGoldenVisionEmbedsMatchesHuggingFace) {
+  SKIP_WITHOUT_CUDA();
+  image_prompt_with_golden_vision(cuda_options(false));
+}
+
+TEST(CudaVlModel, ImagePromptWithGraphDecodeMatchesHuggingFace) {
+  SKIP_WITHOUT_CUDA();
+  image_prompt_with_golden_vision(cuda_options(true));
+}
+
+}  // namespace
+}  // namespace kuiper::test
