@@ -52,6 +52,11 @@ def parse_args():
     return p.parse_args()
 
 
+def first_line(e):
+    lines = str(e).splitlines()
+    return (lines[0] if lines else type(e).__name__)[:120]
+
+
 def lengths(text):
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -137,7 +142,7 @@ def bench_sdpa(torch, args):
                     k, v = kvs[i % copies]
                     F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
             except (RuntimeError, TypeError) as e:  # older torch or a refused combination
-                gqa = "repeat_interleave (outside the timing): " + str(e).splitlines()[0][:120]
+                gqa = "repeat_interleave (outside the timing): " + first_line(e)
                 kvs = [(k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) for k, v in kvs]
 
                 def call(i):
@@ -152,7 +157,7 @@ def bench_sdpa(torch, args):
                     timing = f"cuda graph of {graph_calls} calls"
                 except Exception as e:  # noqa: BLE001 - keep the eager figure
                     seconds = eager
-                    timing = "eager (no graph: " + str(e).splitlines()[0][:120] + ")"
+                    timing = "eager (no graph: " + first_line(e) + ")"
                     torch.cuda.synchronize()
         start = L - T
         flops = 4.0 * H * D * (T * start + T * (T + 1) / 2.0)
