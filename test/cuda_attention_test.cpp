@@ -35,6 +35,7 @@ struct Case {
   int group;  // query heads per kv head
   int T;      // queries
   int start;  // position of the first query; the context is start + T keys
+  int splits = 0;  // decode: AttentionRequest::decode_splits (0: the kernel's choice)
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
@@ -42,7 +43,8 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   return std::string(attention_name(c.kind)) +
          (c.phase == AttentionPhase::kPrefill ? "_prefill_" : "_decode_") + dtype_name(c.dtype) +
          (c.graph_safe ? "_gpupos" : "") + "_d" + std::to_string(c.head_dim) + "_g" +
-         std::to_string(c.group) + "_T" + std::to_string(c.T) + "_s" + std::to_string(c.start);
+         std::to_string(c.group) + "_T" + std::to_string(c.T) + "_s" + std::to_string(c.start) +
+         (c.splits > 0 ? "_splits" + std::to_string(c.splits) : "");
 }
 
 // Host fp32 tensors whose values are exactly representable in the tested dtype, so the
@@ -149,6 +151,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   request.device = DeviceType::kCuda;
   request.graph_safe = c.graph_safe;
   request.head_dim = c.head_dim;
+  request.decode_splits = c.splits;
   Result<std::unique_ptr<AttentionOp>> op = make_attention(request);
   ASSERT_TRUE(op.ok()) << op.status().message();
 
@@ -206,6 +209,28 @@ std::vector<Case> all_cases() {
       }
     }
     cases.push_back({kind, AttentionPhase::kPrefill, DataType::kFp16, false, 128, 4, 4097, 0});
+  }
+  // Split-KV decode at explicit split counts (flash2 fp16 and flash1 read decode_splits): one
+  // split, a few, more than the context can fill (capped), with contexts shorter than, equal to
+  // and just past the tiles, and GQA groups up to and past one block's 16 heads.
+  for (AttentionKind kind : {AttentionKind::kFlash1, AttentionKind::kFlash2}) {
+    for (DataType dtype : {DataType::kFp32, DataType::kFp16}) {
+      if (kind == AttentionKind::kFlash2 && dtype == DataType::kFp32) continue;
+      for (int splits : {1, 2, 3, 7, 64, 1000}) {
+        for (int kv : {1, 63, 65, 129, 1000, 4097}) {
+          for (bool graph_safe : {false, true}) {
+            cases.push_back({kind, AttentionPhase::kDecode, dtype, graph_safe, 128, 4, 1, kv - 1,
+                             splits});
+          }
+        }
+      }
+      for (int group : {16, 20}) {
+        for (int splits : {0, 3}) {
+          cases.push_back({kind, AttentionPhase::kDecode, dtype, true, 128, group, 1, 2999, splits});
+          cases.push_back({kind, AttentionPhase::kDecode, dtype, false, 64, group, 1, 700, splits});
+        }
+      }
+    }
   }
   return cases;
 }

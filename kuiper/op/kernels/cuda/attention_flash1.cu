@@ -1,13 +1,23 @@
 // FlashAttention-1 style: a block holds a tile of query rows and streams large KV tiles through
-// shared memory; per tile it computes the scores, updates the running row maximum and sum, and
-// rescales the (kept normalised, as in FA1's algorithm) output. Every step is block-wide,
-// separated by barriers: the structure FlashAttention-2 later reorganised.
+// shared memory; per tile it computes the scores, the tile's own row maximum and sum, and folds
+// them into the running statistics while the output is kept normalised after every tile (FA1's
+// update O = (l e^(m - m') O + e^(m~ - m') P~ V) / l'). Every tile is loaded by the whole block
+// between two barriers, one buffer, no prefetch: the structure FlashAttention-2 later
+// reorganised (delayed normalisation, per-warp rows, pipelined loads).
+//
+// fp16 runs QK^T and PV on tensor cores (flash1_tc_kernel: mma.sync m16n8k16 through the helpers
+// shared with flash2), with 128-key tiles, and the output and the row statistics living in shared
+// memory, read and rewritten once per tile, as FA1 keeps them in HBM. fp32 keeps the SIMT kernel
+// (flash1_kernel): tensor cores would round fp32 operands to tf32.
 //
 // Rows are (query, head) pairs of one kv head: row r of the flattened [T x group] list is query
 // r / group of head kvh * group + r % group. Packing a GQA group into one block loads each K/V
-// tile once for all the heads that share it. Decode is the same kernel with T = 1; its grid does
-// not depend on the position, so the graph-safe variant only reads the position from the device.
+// tile once for all the heads that share it. Decode is the same kernel with T = 1, split over
+// the KV length (grid z, split_keys in attention_common.cuh): each split writes an unnormalised
+// partial (O * l, m, l) and combine_splits merges them. The split count never depends on the
+// position, so the graph-safe variant only reads the position from the device.
 #include <algorithm>
+#include <type_traits>
 
 #include "kuiper/op/kernels/cuda/attention_common.cuh"
 
@@ -34,7 +44,8 @@ struct Flash1Traits {
 template <typename T, int D>
 __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
     flash1_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                  T* __restrict__ out, Geometry g) {
+                  T* __restrict__ out, float* __restrict__ o_part, float2* __restrict__ ml_part,
+                  Geometry g) {
   using Tr = Flash1Traits<D>;
   extern __shared__ float4 shared4[];
   float* qs = reinterpret_cast<float*>(shared4);
@@ -50,6 +61,14 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
   const int pos0 = first_position(g);
   const int last_row = min(r0 + Tr::kRows, total_rows) - 1;
   const int kv_end = pos0 + last_row / g.group + 1;
+  // Decode (o_part set, T = 1) takes only its split's keys [kbeg, kend).
+  int kbeg = 0, kend = kv_end;
+  if (o_part != nullptr) {
+    const int per = split_keys(kv_end, gridDim.z, Tr::kKeys);
+    kbeg = blockIdx.z * per;
+    if (kbeg >= kv_end) return;
+    kend = min(kv_end, kbeg + per);
+  }
 
   stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs, Tr::kStride);
 
@@ -60,10 +79,10 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
   float m = -INFINITY, l = 0.0f;
   float o[Tr::kDimsPerThread] = {};
 
-  for (int key0 = 0; key0 < kv_end; key0 += Tr::kKeys) {
+  for (int key0 = kbeg; key0 < kend; key0 += Tr::kKeys) {
     __syncthreads();  // the previous tile's K, V and P are no longer read
-    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(k, g.kv_heads, kvh, key0, kv_end, ks);
-    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(v, g.kv_heads, kvh, key0, kv_end, vs);
+    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(k, g.kv_heads, kvh, key0, kend, ks);
+    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(v, g.kv_heads, kvh, key0, kend, vs);
     __syncthreads();
 
     // S = Q K^T for this thread's columns c0 + 8 i.
@@ -80,11 +99,12 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
     float tile_max = -INFINITY;
 #pragma unroll
     for (int i = 0; i < Tr::kColsPerThread; ++i) {
-      if (key0 + c0 + i * Tr::kLanesPerRow > my_pos) s[i] = -INFINITY;
+      const int key = key0 + c0 + i * Tr::kLanesPerRow;
+      if (key > my_pos || key >= kend) s[i] = -INFINITY;
       tile_max = fmaxf(tile_max, s[i]);
     }
     tile_max = group_max<Tr::kLanesPerRow>(tile_max);
-    // Key 0 is in every row's past, so m is finite from the first tile on.
+    // Key kbeg is in every row's past, so m is finite from the first tile on.
     const float m_new = fmaxf(m, tile_max);
     float tile_sum = 0.0f;
 #pragma unroll
@@ -118,12 +138,192 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
     l = l_new;
   }
 
-  if (r0 + r < total_rows) {
+  if (r0 + r < total_rows && o_part != nullptr) {
+    const int h = kvh * g.group + r0 + r;  // T = 1: the row is the head within the group
+    const size_t slot = static_cast<size_t>(h) * gridDim.z + blockIdx.z;
+#pragma unroll
+    for (int i = 0; i < Tr::kDimsPerThread / 4; ++i) {
+      const float4 x = make_float4(o[4 * i] * l, o[4 * i + 1] * l, o[4 * i + 2] * l, o[4 * i + 3] * l);
+      *reinterpret_cast<float4*>(o_part + slot * D + c0 * 4 + i * 32) = x;
+    }
+    if (c0 == 0) ml_part[slot] = make_float2(m, l);
+  } else if (r0 + r < total_rows) {
     const int row = r0 + r, t = row / g.group, h = kvh * g.group + row % g.group;
     T* dst = out + (static_cast<size_t>(t) * g.heads + h) * D;
 #pragma unroll
     for (int i = 0; i < Tr::kDimsPerThread / 4; ++i) {
       store_vec<T, 4>(dst + c0 * 4 + i * 32, o + 4 * i);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp16 on tensor cores. Each warp owns 16 rows as one mma row tile; a 128-key tile is loaded by
+// the whole block, S = Q K^T stays in registers (128 scores a row, reduced over the row's 4 lanes
+// for the tile's maximum and sum) and P V lands in a fresh accumulator, which the FA1 update then
+// folds into the normalised output in shared memory.
+
+template <int D>
+struct Flash1TcTraits {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRows = kWarps * 16;
+  static constexpr int kKeys = 128;  // FA1's large KV tile
+  static constexpr int kChunks = D / 8;
+  // +8 floats a row: the float2 accesses of a half-warp (4 rows x 4 lanes) hit distinct banks.
+  static constexpr int kOStride = D + 8;
+  // K tile, V tile (Q is staged through the V tile before the first KV tile), O, then m and l.
+  static constexpr size_t kSharedBytes =
+      sizeof(half) * 2 * kKeys * D + sizeof(float) * kRows * (kOStride + 2);
+  static_assert(kRows <= kKeys, "Q is staged in the V tile");
+};
+
+template <int D>
+__global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
+    flash1_tc_kernel(const half* __restrict__ q, const half* __restrict__ k,
+                     const half* __restrict__ v, half* __restrict__ out,
+                     float* __restrict__ o_part, float2* __restrict__ ml_part, Geometry g) {
+  using Tr = Flash1TcTraits<D>;
+  extern __shared__ uint4 shared16[];
+  half* ks = reinterpret_cast<half*>(shared16);
+  half* vs = ks + Tr::kKeys * D;
+  float* os = reinterpret_cast<float*>(vs + Tr::kKeys * D);
+  float* ms = os + Tr::kRows * Tr::kOStride;
+  float* ls = ms + Tr::kRows;
+
+  const int kvh = blockIdx.y;
+  const int total_rows = g.T * g.group;
+  const int row_block = gridDim.x - 1 - blockIdx.x;  // longest rows first
+  const int r0 = row_block * Tr::kRows;
+  const int pos0 = first_position(g);
+  const int kv_end = pos0 + (min(r0 + Tr::kRows, total_rows) - 1) / g.group + 1;
+  int kbeg = 0, kend = kv_end;  // decode (o_part set, T = 1): this split's keys only
+  if (o_part != nullptr) {
+    const int per = split_keys(kv_end, gridDim.z, Tr::kKeys);
+    kbeg = blockIdx.z * per;
+    if (kbeg >= kv_end) return;
+    kend = min(kv_end, kbeg + per);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+  for (int c = threadIdx.x; c < Tr::kRows * Tr::kChunks; c += Tr::kThreads) {
+    const int r = c / Tr::kChunks, ch = c % Tr::kChunks, row = r0 + r;
+    const bool valid = row < total_rows;
+    const half* src = q;
+    if (valid) {
+      const int t = row / g.group, h = kvh * g.group + row % g.group;
+      src = q + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8;
+    }
+    cp_async16(swizzled<D>(vs, r, ch), src, valid);
+  }
+  cp_async_commit();
+  for (int i = threadIdx.x; i < Tr::kRows * Tr::kOStride; i += Tr::kThreads) os[i] = 0.0f;
+  for (int i = threadIdx.x; i < Tr::kRows; i += Tr::kThreads) {
+    ms[i] = -INFINITY;
+    ls[i] = 0.0f;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    ldmatrix_x4(qf[kk], swizzled<D>(vs, warp * 16 + lane % 16, kk * 2 + lane / 16));
+  }
+
+  const int quad_row = lane / 4, quad_col = (lane % 4) * 2;
+  const int warp_row0 = r0 + warp * 16;
+  const bool warp_active = warp_row0 < total_rows;
+  const int pos_a = pos0 + min(warp_row0 + quad_row, total_rows - 1) / g.group;
+  const int pos_b = pos0 + min(warp_row0 + quad_row + 8, total_rows - 1) / g.group;
+  const int warp_last_pos = pos0 + min(warp_row0 + 15, total_rows - 1) / g.group;
+  const int ra = warp * 16 + quad_row, rb = ra + 8;  // this lane's rows in the block's O, m, l
+
+  for (int key0 = kbeg; key0 < kend; key0 += Tr::kKeys) {
+    __syncthreads();  // the previous tile (and, the first time, Q in the V tile) is no longer read
+    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, kvh, key0, kend, ks, vs);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!warp_active || key0 > warp_last_pos) continue;  // warp-uniform
+
+    float s[Tr::kKeys / 8][4] = {};
+    mma_qk<D, Tr::kKeys>(s, qf, ks, 0);
+    float mt_a = -INFINITY, mt_b = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < Tr::kKeys / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + j * 8 + quad_col + (e & 1);
+        const bool masked = key > (e < 2 ? pos_a : pos_b) || key >= kend;
+        s[j][e] = masked ? -INFINITY : s[j][e] * g.scale_log2;
+      }
+      mt_a = fmaxf(mt_a, fmaxf(s[j][0], s[j][1]));
+      mt_b = fmaxf(mt_b, fmaxf(s[j][2], s[j][3]));
+    }
+    mt_a = group_max<4>(mt_a);
+    mt_b = group_max<4>(mt_b);
+    // A row whose keys in this tile are all in its future gets P = 0 (and weight 0 below).
+    const float base_a = mt_a == -INFINITY ? 0.0f : mt_a;
+    const float base_b = mt_b == -INFINITY ? 0.0f : mt_b;
+    float lt_a = 0.0f, lt_b = 0.0f;
+#pragma unroll
+    for (int j = 0; j < Tr::kKeys / 8; ++j) {
+      s[j][0] = exp2_ftz(s[j][0] - base_a);
+      s[j][1] = exp2_ftz(s[j][1] - base_a);
+      s[j][2] = exp2_ftz(s[j][2] - base_b);
+      s[j][3] = exp2_ftz(s[j][3] - base_b);
+      lt_a += s[j][0] + s[j][1];
+      lt_b += s[j][2] + s[j][3];
+    }
+    lt_a = group_sum<4>(lt_a);
+    lt_b = group_sum<4>(lt_b);
+    float acc[D / 8][4] = {};
+    mma_pv<D, Tr::kKeys>(acc, s, vs, 0);
+
+    // FA1's update, through the statistics and output kept in shared memory. The tile holding
+    // key kbeg is every row's first and has a finite maximum, so m_new is finite.
+    const float mo_a = ms[ra], lo_a = ls[ra], mo_b = ms[rb], lo_b = ls[rb];
+    const float mn_a = fmaxf(mo_a, mt_a), mn_b = fmaxf(mo_b, mt_b);
+    const float keep_a = lo_a * fast_exp2(mo_a - mn_a), keep_b = lo_b * fast_exp2(mo_b - mn_b);
+    const float add_a = fast_exp2(mt_a - mn_a), add_b = fast_exp2(mt_b - mn_b);
+    const float ln_a = keep_a + add_a * lt_a, ln_b = keep_b + add_b * lt_b;
+    const float inv_a = 1.0f / ln_a, inv_b = 1.0f / ln_b;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      float2* pa = reinterpret_cast<float2*>(os + ra * Tr::kOStride + n * 8 + quad_col);
+      float2* pb = reinterpret_cast<float2*>(os + rb * Tr::kOStride + n * 8 + quad_col);
+      const float2 xa = *pa, xb = *pb;
+      *pa = make_float2((keep_a * xa.x + add_a * acc[n][0]) * inv_a,
+                        (keep_a * xa.y + add_a * acc[n][1]) * inv_a);
+      *pb = make_float2((keep_b * xb.x + add_b * acc[n][2]) * inv_b,
+                        (keep_b * xb.y + add_b * acc[n][3]) * inv_b);
+    }
+    __syncwarp();  // every lane of a quad has read the row's m and l
+    if (lane % 4 == 0) {
+      ms[ra] = mn_a;
+      ls[ra] = ln_a;
+      ms[rb] = mn_b;
+      ls[rb] = ln_b;
+    }
+  }
+  __syncwarp();  // this warp's rows of O, m and l are final
+
+  for (int i = lane; i < 16 * Tr::kChunks; i += 32) {
+    const int r = i / Tr::kChunks, ch = i % Tr::kChunks, row = warp_row0 + r;
+    if (row >= total_rows) break;
+    const float* src = os + (warp * 16 + r) * Tr::kOStride + ch * 8;
+    if (o_part != nullptr) {  // T = 1: the row is the head within the group
+      const float l = ls[warp * 16 + r];
+      const size_t slot = static_cast<size_t>(kvh * g.group + row) * gridDim.z + blockIdx.z;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o_part[slot * D + ch * 8 + e] = src[e] * l;
+      if (ch == 0) ml_part[slot] = make_float2(ms[warp * 16 + r], l);
+    } else {
+      const int t = row / g.group, h = kvh * g.group + row % g.group;
+      float x[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = src[e];
+      store_vec<half, 8>(out + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8, x);
     }
   }
 }
@@ -141,19 +341,54 @@ class Flash1Attention final : public AttentionOp {
     return with_instantiation(request_.dtype, request_.head_dim, [&](auto tt, auto dt) -> Status {
       using T = typename decltype(tt)::type;
       constexpr int D = decltype(dt)::value;
-      using Tr = Flash1Traits<D>;
-      auto kernel = flash1_kernel<T, D>;
-      KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash1_kernel<T, D>>(Tr::kSharedBytes)));
-      const int row_blocks = (g.T * g.group + Tr::kRows - 1) / Tr::kRows;
-      kernel<<<dim3(row_blocks, g.kv_heads), Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
-          a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(), a.out.data<T>(), g);
-      KUIPER_CUDA_CHECK_LAUNCH("flash1_kernel");
-      return Status::Ok();
+      if constexpr (std::is_same_v<T, half>) {
+        using Tr = Flash1TcTraits<D>;
+        KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash1_tc_kernel<D>>(Tr::kSharedBytes)));
+        return run<T, D, Tr>(a, g, [&](dim3 grid, float* o_part, float2* ml_part) {
+          flash1_tc_kernel<D><<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
+              a.q.data<half>(), a.k_cache.data<half>(), a.v_cache.data<half>(), a.out.data<half>(),
+              o_part, ml_part, g);
+          return cuda::check(cudaGetLastError(), "flash1_tc_kernel");
+        });
+      } else {
+        using Tr = Flash1Traits<D>;
+        KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash1_kernel<T, D>>(Tr::kSharedBytes)));
+        return run<T, D, Tr>(a, g, [&](dim3 grid, float* o_part, float2* ml_part) {
+          flash1_kernel<T, D><<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
+              a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(), a.out.data<T>(), o_part,
+              ml_part, g);
+          return cuda::check(cudaGetLastError(), "flash1_kernel");
+        });
+      }
     });
   }
 
  private:
+  // Prefill: one launch over (row blocks, kv heads). Decode: the same kernel over KV splits
+  // (grid z) into partials, then combine_splits.
+  template <typename T, int D, typename Tr, typename Launch>
+  Status run(const AttentionArgs& a, const Geometry& g, Launch&& launch) {
+    const int row_blocks = (g.T * g.group + Tr::kRows - 1) / Tr::kRows;
+    if (request_.phase == AttentionPhase::kPrefill) {
+      return launch(dim3(row_blocks, g.kv_heads, 1), nullptr, nullptr);
+    }
+    const int splits = decode_split_count(request_, g, row_blocks, Tr::kKeys, kBlocksPerSm);
+    const size_t slots = static_cast<size_t>(g.heads) * splits;
+    KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
+    KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));
+    float2* ml_part = reinterpret_cast<float2*>(ml);
+    KUIPER_RETURN_IF_ERROR(launch(dim3(row_blocks, g.kv_heads, splits), o_part, ml_part));
+    combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
+        o_part, ml_part, a.out.data<T>(), g, splits, Tr::kKeys);
+    KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
+    return Status::Ok();
+  }
+
+  // Both kernels' shared memory leaves room for two blocks an SM.
+  static constexpr int kBlocksPerSm = 2;
   AttentionRequest request_;
+  Scratch o_scratch_;
+  Scratch ml_scratch_;
 };
 
 }  // namespace

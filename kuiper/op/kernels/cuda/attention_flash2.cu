@@ -1,18 +1,24 @@
 // FlashAttention-2 style kernels.
 //
-// Prefill (flash2_prefill, fp32 SIMT; flash2_prefill_tc, fp16 tensor cores): a block owns 32 rows ((query, head) pairs of one kv head, packed as
-// in flash1) and each warp owns 8 of them outright, so the softmax needs warp shuffles only and
-// a KV tile costs two block barriers (load, then reuse). Tiles are small (32 keys), the row sum
-// stays per lane until the very end and the output is normalised once (delayed
-// normalisation), and exponentials negligible against the row maximum are flushed to zero.
+// Prefill (flash2_prefill, fp32 SIMT; flash2_prefill_tc, fp16 tensor cores): a block owns a tile
+// of rows ((query, head) pairs of one kv head, packed as in flash1) and each warp owns its rows
+// outright (8 in the SIMT kernel, 16 in the tensor-core one), so the softmax needs warp shuffles
+// only and a KV tile costs at most two block barriers. Tiles are small (32 / 64 keys; the
+// tensor-core kernel double-buffers them with cp.async), the row sum stays per lane until the
+// very end and the output is normalised once (delayed normalisation), and exponentials
+// negligible against the row maximum are flushed to zero.
 //
 // Decode (flash-decoding): one query cannot fill the GPU from a single KV pass, so the context
-// is split into fixed chunks of kChunk keys, one block per (chunk, kv head, group of <= 8 query
-// heads); inside a block the four warps split the chunk between them. Each block writes an
-// unnormalised partial output with its maximum and sum; a combine kernel merges the chunks.
-// Partial buffers are sized for the whole cache, and the graph-safe variant launches the grid
-// for the whole cache too (chunks past the position exit at once), so nothing about a decode
-// step depends on the position except what the kernels read from the device.
+// is split over the KV length. fp16 (flash2_decode_tc): one block per (split, kv head, up to 16
+// query heads of its GQA group), the split count chosen on the host from the SM count (one wave
+// of two blocks an SM) and each split's length derived on the device from the position; K/V
+// stream through a cp.async ring, both products run on tensor cores, and the last block of each
+// kv head to finish combines the splits (no second launch). fp32 (flash2_decode_split, SIMT):
+// fixed chunks of kChunk keys, one block per (chunk, kv head, group of <= 8 query heads), then
+// combine_splits. Either way each split writes an unnormalised partial output with its maximum
+// and sum, partial buffers are sized for the whole cache and graph-safe grids for the capacity
+// (splits past the position exit at once), so nothing about a decode step depends on the
+// position except what the kernels read from the device.
 #include <algorithm>
 #include <type_traits>
 
@@ -144,14 +150,16 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads)
 
 // ---------------------------------------------------------------------------------------------
 // Prefill, fp16 on tensor cores: the same FA2 schedule with the two matrix products on
-// mma.sync m16n8k16 (fp16 in, fp32 accumulate). A block owns 64 rows, each warp 16 of them (one
+// mma.sync m16n8k16 (fp16 in, fp32 accumulate). A block owns 128 rows, each warp 16 of them (one
 // mma row tile); KV tiles of 64 keys are double-buffered in shared memory by cp.async so the
 // next tile loads while this one is computed. S stays in registers: its accumulator layout is
 // exactly the A-operand layout of the P·V product, so P never touches shared memory.
 
 template <int D>
 struct TensorCoreTraits {
-  static constexpr int kWarps = 4;
+  // 8 warps (128 rows) share each KV tile: measured 200 vs 184 TFLOP/s with 4 warps at T = 8192
+  // (176 vs 165 at T = 2048) on the H100, Qwen3-8B's attention shape.
+  static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRows = kWarps * 16;
   static constexpr int kKeys = 64;
@@ -160,51 +168,6 @@ struct TensorCoreTraits {
   // Q, then two stages of K, then two of V.
   static constexpr size_t kSharedBytes = sizeof(half) * (static_cast<size_t>(kRows) + 4 * kKeys) * D;
 };
-
-// Rows are D halves; chunk c of row r is stored at chunk c ^ (r % 8), so the 8 rows an
-// ldmatrix reads (same logical chunk) fall in 8 different bank groups.
-template <int D>
-__device__ __forceinline__ uint32_t swizzled(const half* tile, int row, int chunk) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(tile + row * D + ((chunk ^ (row & 7)) * 8)));
-}
-
-// Copies 16 bytes global -> shared without passing through registers; with valid == false the
-// destination is zero-filled and nothing is read.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c += a * b for a 16x16 fp16 A (row-major fragments), a 16x8 fp16 B, a 16x8 fp32 C.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
 
 template <int D>
 __global__ void __launch_bounds__(TensorCoreTraits<D>::kThreads)
@@ -236,15 +199,9 @@ __global__ void __launch_bounds__(TensorCoreTraits<D>::kThreads)
     cp_async16(swizzled<D>(qs, r, ch), src, valid);
   }
   auto load_kv = [&](int tile, int stage) {
-    half* kt = ks + stage * Tr::kKeys * D;
-    half* vt = vs + stage * Tr::kKeys * D;
-    for (int c = threadIdx.x; c < Tr::kKeys * Tr::kChunks; c += Tr::kThreads) {
-      const int r = c / Tr::kChunks, ch = c % Tr::kChunks, key = tile * Tr::kKeys + r;
-      const bool valid = key < kv_end;  // never read cache rows past the context
-      const size_t offset = valid ? (static_cast<size_t>(key) * g.kv_heads + kvh) * D + ch * 8 : 0;
-      cp_async16(swizzled<D>(kt, r, ch), k + offset, valid);
-      cp_async16(swizzled<D>(vt, r, ch), v + offset, valid);
-    }
+    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, kvh, tile * Tr::kKeys, kv_end,
+                                                  ks + stage * Tr::kKeys * D,
+                                                  vs + stage * Tr::kKeys * D);
   };
   load_kv(0, 0);
   cp_async_commit();
@@ -282,17 +239,7 @@ __global__ void __launch_bounds__(TensorCoreTraits<D>::kThreads)
       const half* vt = vs + (tile & 1) * Tr::kKeys * D;
 
       float s[Tr::kKeys / 8][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-        for (int np = 0; np < Tr::kKeys / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, swizzled<D>(kt, np * 16 + lane % 8 + (lane / 16) * 8,
-                                     kk * 2 + (lane / 8) % 2));
-          mma_16816(s[2 * np], qf[kk], b[0], b[1]);
-          mma_16816(s[2 * np + 1], qf[kk], b[2], b[3]);
-        }
-      }
+      mma_qk<D, Tr::kKeys>(s, qf, kt, 0);
 
       const bool diagonal = key0 + Tr::kKeys - 1 > warp_first_pos;
       float mx_a = -INFINITY, mx_b = -INFINITY;
@@ -335,21 +282,7 @@ __global__ void __launch_bounds__(TensorCoreTraits<D>::kThreads)
         o[n][3] *= alpha_b;
       }
 
-#pragma unroll
-      for (int kk = 0; kk < Tr::kKeys / 16; ++kk) {
-        const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
-                               pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                               pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, swizzled<D>(vt, kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
-                                           np * 2 + lane / 16));
-          mma_16816(o[2 * np], a, b[0], b[1]);
-          mma_16816(o[2 * np + 1], a, b[2], b[3]);
-        }
-      }
+      mma_pv<D, Tr::kKeys>(o, s, vt, 0);
     }
     __syncthreads();  // the stage just read is the next prefetch's target
   }
@@ -377,7 +310,6 @@ __global__ void __launch_bounds__(TensorCoreTraits<D>::kThreads)
 constexpr int kChunk = 128;            // keys per split block
 constexpr int kSplitThreads = 128;     // 4 warps, 32 keys each
 constexpr int kMaxGroupPerBlock = 8;   // query heads of one kv head handled by one block
-constexpr int kCombineThreads = 256;
 
 template <typename T, int D>
 struct DecodeTraits {
@@ -545,51 +477,230 @@ __global__ void __launch_bounds__(kSplitThreads)
   }
 }
 
-// out = sum_c o_c * 2^(m_c - M) / sum_c l_c * 2^(m_c - M): the one normalisation of decode.
-template <typename T, int D>
-__global__ void __launch_bounds__(kCombineThreads)
-    flash2_decode_combine(const float* __restrict__ o_part, const float2* __restrict__ ml_part,
-                          T* __restrict__ out, Geometry g, int max_chunks) {
-  constexpr int kLanesPerRow = D / 4;  // float4 per lane
-  constexpr int kSlices = kCombineThreads / kLanesPerRow;
-  __shared__ float reduce[kCombineThreads / 32];
-  __shared__ float4 partial[kSlices][kLanesPerRow];
-  const int h = blockIdx.x;
-  const int chunks = (first_position(g) + 1 + kChunk - 1) / kChunk;
-  const float2* ml = ml_part + static_cast<size_t>(h) * max_chunks;
+// ---------------------------------------------------------------------------------------------
+// Decode, fp16 on tensor cores (flash-decoding). One block per (split, kv head, group of up to 16
+// query heads): every query head that shares the kv head is a row of one mma tile, so K and V are
+// read once per GQA group. The split's keys stream through a kDecodeStages-deep cp.async ring of
+// 64-key tiles (one barrier per tile); each warp takes 16 keys of a tile and keeps its own online
+// softmax (S = Q K^T and P V on mma.sync m16n8k16, S kept in registers as P), and at the end the
+// four warps are merged through shared memory into the split's unnormalised partial.
 
-  float mx = -INFINITY;
-  for (int c = threadIdx.x; c < chunks; c += kCombineThreads) mx = fmaxf(mx, ml[c].x);
-  mx = block_reduce<kCombineThreads, true>(mx, reduce);
-  float sum = 0.0f;
-  for (int c = threadIdx.x; c < chunks; c += kCombineThreads) sum += ml[c].y * fast_exp2(ml[c].x - mx);
-  sum = block_reduce<kCombineThreads, false>(sum, reduce);
+// Most splits a fused combine handles (its weights live in the freed ring: kHeads x this).
+constexpr int kMaxDecodeSplits = 512;
 
-  const int slice = threadIdx.x / kLanesPerRow, part = threadIdx.x % kLanesPerRow;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int c = slice; c < chunks; c += kSlices) {
-    const float w = fast_exp2(ml[c].x - mx);
-    const float4 x =
-        reinterpret_cast<const float4*>(o_part + (static_cast<size_t>(h) * max_chunks + c) * D)[part];
-    acc.x += w * x.x;
-    acc.y += w * x.y;
-    acc.z += w * x.z;
-    acc.w += w * x.w;
-  }
-  partial[slice][part] = acc;
-  __syncthreads();
-  if (threadIdx.x < kLanesPerRow) {
-    float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+template <int D>
+struct DecodeTcTraits {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kHeads = 16;  // mma rows: query heads per block
+  static constexpr int kKeys = kWarps * 16;
+  static constexpr int kStages = 3;
+  static constexpr int kStageHalves = 2 * kKeys * D;  // K tile then V tile
+  static constexpr size_t kSharedBytes = sizeof(half) * kStages * kStageHalves;
+  // The warps' merge reuses the ring: kWarps x kHeads rows of D floats, then their m and l.
+  static_assert(sizeof(float) * kWarps * kHeads * (D + 2) <= kSharedBytes, "merge fits");
+  static_assert(sizeof(float) * kHeads * (kMaxDecodeSplits + 1) <= kSharedBytes, "combine fits");
+  // Default split count: one block an SM, one wave. Two fit (the ring is 96 KB), but measured on
+  // the H100 (32 q / 8 kv heads, d 128, fp16) one long split per SM streams as fast or faster
+  // (32768 keys: 56.0 us at 16 splits, 56.4 at 33; 4096 keys: 14.6 vs 17.2 us), and any count
+  // that leaves some SMs with two blocks and others with one is much slower (20 splits: 70 us).
+  static constexpr int kBlocksPerSm = 1;
+};
+
+__device__ __forceinline__ uint32_t load_half2_word(const half* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <int D>
+__global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
+    flash2_decode_tc(const half* __restrict__ q, const half* __restrict__ k,
+                     const half* __restrict__ v, float* __restrict__ o_part,
+                     float2* __restrict__ ml_part, int* __restrict__ arrivals,
+                     half* __restrict__ out, Geometry g) {
+  using Tr = DecodeTcTraits<D>;
+  extern __shared__ uint4 shared16[];
+  half* ring = reinterpret_cast<half*>(shared16);
+
+  const int split = blockIdx.x, splits = gridDim.x, kvh = blockIdx.y;
+  const int h0 = blockIdx.z * Tr::kHeads;  // first head of this block within the group
+  const int ng = min(Tr::kHeads, g.group - h0);
+  const int len = first_position(g) + 1;
+  const int per = split_keys(len, splits, Tr::kKeys);
+  const int kbeg = split * per;
+  if (kbeg >= len) return;  // graph-safe grids are sized for the capacity
+  const int kend = min(len, kbeg + per);
+  const int n_tiles = (kend - kbeg + Tr::kKeys - 1) / Tr::kKeys;
+
+  auto load = [&](int tile) {
+    half* kt = ring + (tile % Tr::kStages) * Tr::kStageHalves;
+    const int key0 = kbeg + tile * Tr::kKeys;
+    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, kvh, key0, kend, kt,
+                                                  kt + Tr::kKeys * D);
+  };
 #pragma unroll
-    for (int s = 0; s < kSlices; ++s) {
-      total.x += partial[s][threadIdx.x].x;
-      total.y += partial[s][threadIdx.x].y;
-      total.z += partial[s][threadIdx.x].z;
-      total.w += partial[s][threadIdx.x].w;
+  for (int s = 0; s < Tr::kStages - 1; ++s) {
+    if (s < n_tiles) load(s);
+    cp_async_commit();  // empty groups keep the wait counts uniform
+  }
+
+  // Q as A fragments straight from global memory: row r of the tile is head h0 + r of the group
+  // (zeros past the group); registers [0], [2] hold row lane / 4, [1], [3] row lane / 4 + 8.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int qr = lane / 4, qc = (lane % 4) * 2;
+  const half* qa = q + static_cast<size_t>(kvh * g.group + h0 + qr) * D + qc;
+  const half* qb = qa + 8 * D;
+  const bool row_a = qr < ng, row_b = qr + 8 < ng;
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    qf[kk][0] = row_a ? load_half2_word(qa + kk * 16) : 0u;
+    qf[kk][1] = row_b ? load_half2_word(qb + kk * 16) : 0u;
+    qf[kk][2] = row_a ? load_half2_word(qa + kk * 16 + 8) : 0u;
+    qf[kk][3] = row_b ? load_half2_word(qb + kk * 16 + 8) : 0u;
+  }
+
+  float o[D / 8][4] = {};
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+  for (int it = 0; it < n_tiles; ++it) {
+    cp_async_wait<Tr::kStages - 2>();  // tile `it` has landed (for this thread's copies)
+    __syncthreads();                   // ... for everyone's, and tile it - 1 is no longer read
+    if (it + Tr::kStages - 1 < n_tiles) load(it + Tr::kStages - 1);
+    cp_async_commit();
+
+    const int key0 = kbeg + it * Tr::kKeys + warp * 16;
+    if (key0 < kend) {  // warp-uniform; key0 itself is valid, so the maxima below are finite
+      const half* kt = ring + (it % Tr::kStages) * Tr::kStageHalves;
+      float s[2][4] = {};
+      mma_qk<D, 16>(s, qf, kt, warp * 16);
+      float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + j * 8 + qc + (e & 1);
+          s[j][e] = key < kend ? s[j][e] * g.scale_log2 : -INFINITY;
+        }
+        mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
+      }
+      const float m_new_a = fmaxf(m_a, group_max<4>(mx_a));
+      const float m_new_b = fmaxf(m_b, group_max<4>(mx_b));
+      const float alpha_a = fast_exp2(m_a - m_new_a), alpha_b = fast_exp2(m_b - m_new_b);
+      m_a = m_new_a;
+      m_b = m_new_b;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        s[j][0] = exp2_ftz(s[j][0] - m_a);
+        s[j][1] = exp2_ftz(s[j][1] - m_a);
+        s[j][2] = exp2_ftz(s[j][2] - m_b);
+        s[j][3] = exp2_ftz(s[j][3] - m_b);
+      }
+      l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
+      l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= alpha_a;
+        o[n][1] *= alpha_a;
+        o[n][2] *= alpha_b;
+        o[n][3] *= alpha_b;
+      }
+      mma_pv<D, 16>(o, s, kt + Tr::kKeys * D, warp * 16);
     }
-    const float inv = 1.0f / sum;
-    const float res[4] = {total.x * inv, total.y * inv, total.z * inv, total.w * inv};
-    store_vec<T, 4>(out + static_cast<size_t>(h) * D + threadIdx.x * 4, res);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is free: merge the warps through it
+
+  // A warp that saw no key (a split shorter than its offset) has m = -inf and weight 0 below.
+  float* mo = reinterpret_cast<float*>(shared16);           // [warp][row][D]
+  float* mm = mo + Tr::kWarps * Tr::kHeads * D;              // [warp][row] maxima
+  float* ml = mm + Tr::kWarps * Tr::kHeads;                  // [warp][row] sums
+  l_a = group_sum<4>(l_a);
+  l_b = group_sum<4>(l_b);
+  float* wo = mo + warp * Tr::kHeads * D;
+  if (lane % 4 == 0) {
+    mm[warp * Tr::kHeads + qr] = m_a;
+    mm[warp * Tr::kHeads + qr + 8] = m_b;
+    ml[warp * Tr::kHeads + qr] = l_a;
+    ml[warp * Tr::kHeads + qr + 8] = l_b;
+  }
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    *reinterpret_cast<float2*>(wo + qr * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
+    *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ng * D; idx += Tr::kThreads) {
+    const int r = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < Tr::kWarps; ++w) mx = fmaxf(mx, mm[w * Tr::kHeads + r]);
+    float acc = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < Tr::kWarps; ++w) {
+      const float wt = fast_exp2(mm[w * Tr::kHeads + r] - mx);  // finite mx: warp 0 saw kbeg
+      acc += wt * mo[(w * Tr::kHeads + r) * D + d];
+      sum += wt * ml[w * Tr::kHeads + r];
+    }
+    const size_t slot = static_cast<size_t>(kvh * g.group + h0 + r) * splits + split;
+    o_part[slot * D + d] = acc;
+    if (d == 0) ml_part[slot] = make_float2(mx, sum);
+  }
+
+  // The combine, fused: the last block of this (kv head, head group) to finish merges every
+  // split's partial (the threadfence-reduction pattern: each thread's partial writes are made
+  // visible device-wide before its block is counted, and the last block reads them through L2).
+  // It also resets the counter, so the next launch (or graph replay) starts from zero.
+  __shared__ int is_last;
+  const int used = (len + per - 1) / per;  // the blocks that get here
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = arrivals + kvh * gridDim.z + blockIdx.z;
+    is_last = atomicAdd(counter, 1) == used - 1;
+    if (is_last) *counter = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+
+  // Per head: the maximum over splits, then each split's weight 2^(m_c - M) and 1 / sum.
+  float* weight = reinterpret_cast<float*>(shared16);  // [ng][used], free since the merge
+  float* inv_sum = weight + Tr::kHeads * kMaxDecodeSplits;
+  for (int r = warp; r < ng; r += Tr::kWarps) {
+    const float2* ml_h = ml_part + static_cast<size_t>(kvh * g.group + h0 + r) * splits;
+    float mx = -INFINITY;
+    for (int c = lane; c < used; c += 32) mx = fmaxf(mx, __ldcg(&ml_h[c]).x);
+    mx = group_max<32>(mx);
+    float sum = 0.0f;
+    for (int c = lane; c < used; c += 32) {
+      const float2 x = __ldcg(&ml_h[c]);
+      const float wt = fast_exp2(x.x - mx);
+      weight[r * kMaxDecodeSplits + c] = wt;
+      sum += wt * x.y;
+    }
+    sum = group_sum<32>(sum);
+    if (lane == 0) inv_sum[r] = 1.0f / sum;
+  }
+  __syncthreads();
+  // A float4 of one head's output per thread; the loads of 8 splits are issued before their
+  // sums, so the L2 latency is paid once per 8 splits rather than once per split.
+  for (int idx = threadIdx.x; idx < ng * (D / 4); idx += Tr::kThreads) {
+    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+    const int h = kvh * g.group + h0 + r;
+    const float4* o_h = reinterpret_cast<const float4*>(o_part + static_cast<size_t>(h) * splits * D + d);
+    const float* w = weight + r * kMaxDecodeSplits;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int c = 0; c < used; ++c) {
+      const float4 x = __ldcg(o_h + c * (D / 4));
+      acc.x += w[c] * x.x;
+      acc.y += w[c] * x.y;
+      acc.z += w[c] * x.z;
+      acc.w += w[c] * x.w;
+    }
+    const float inv = inv_sum[r];
+    const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+    store_vec<half, 4>(out + static_cast<size_t>(h) * D + d, res);
   }
 }
 
@@ -642,33 +753,71 @@ class Flash2Attention final : public AttentionOp {
 
   template <typename T, int D>
   Status decode(const AttentionArgs& a, const Geometry& g) {
-    // Partials for every chunk of the cache: fixed, so the same buffers serve every position.
-    const int max_chunks = (g.max_ctx + kChunk - 1) / kChunk;
-    const size_t slots = static_cast<size_t>(g.heads) * max_chunks;
+    int splits = 0, granularity = 0;
+    dim3 grid;
+    if constexpr (std::is_same_v<T, half>) {
+      using Tr = DecodeTcTraits<D>;
+      const int head_groups = (g.group + Tr::kHeads - 1) / Tr::kHeads;
+      granularity = Tr::kKeys;
+      splits = std::min(kMaxDecodeSplits,
+                        decode_split_count(request_, g, head_groups, granularity, Tr::kBlocksPerSm));
+      grid = dim3(splits, g.kv_heads, head_groups);
+    } else {
+      // fp32: one block per kChunk keys of the cache (the SIMT kernel's fixed chunk).
+      granularity = kChunk;
+      splits = (g.max_ctx + kChunk - 1) / kChunk;
+      const int used = request_.graph_safe ? splits : (g.start + kChunk) / kChunk;
+      grid = dim3(used, g.kv_heads, (g.group + kMaxGroupPerBlock - 1) / kMaxGroupPerBlock);
+    }
+    // Partials for every split: fixed per op and cache, so the same buffers serve every step.
+    const size_t slots = static_cast<size_t>(g.heads) * splits;
     KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
     KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));
     float2* ml_part = reinterpret_cast<float2*>(ml);
-    const int chunks = request_.graph_safe ? max_chunks : (g.start + 1 + kChunk - 1) / kChunk;
-    const dim3 grid(chunks, g.kv_heads, (g.group + kMaxGroupPerBlock - 1) / kMaxGroupPerBlock);
-    auto launch = [&](auto kernel) {
-      kernel<<<grid, kSplitThreads, 0, cuda::stream()>>>(a.q.data<T>(), a.k_cache.data<T>(),
-                                                         a.v_cache.data<T>(), o_part, ml_part, g,
-                                                         max_chunks);
-    };
-    if (g.group == 1) launch(flash2_decode_split<T, D, 1>);
-    else if (g.group == 2) launch(flash2_decode_split<T, D, 2>);
-    else if (g.group <= 4) launch(flash2_decode_split<T, D, 4>);
-    else launch(flash2_decode_split<T, D, kMaxGroupPerBlock>);
-    KUIPER_CUDA_CHECK_LAUNCH("flash2_decode_split");
-    flash2_decode_combine<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
-        o_part, ml_part, a.out.data<T>(), g, max_chunks);
-    KUIPER_CUDA_CHECK_LAUNCH("flash2_decode_combine");
+    if constexpr (std::is_same_v<T, half>) {
+      using Tr = DecodeTcTraits<D>;
+      KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<D>>(Tr::kSharedBytes)));
+      KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(grid.y * grid.z));
+      flash2_decode_tc<D><<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
+          a.q.data<half>(), a.k_cache.data<half>(), a.v_cache.data<half>(), o_part, ml_part,
+          arrivals, a.out.data<half>(), g);
+      KUIPER_CUDA_CHECK_LAUNCH("flash2_decode_tc");
+      return Status::Ok();  // the kernel combines the splits itself
+    } else {
+      auto launch = [&](auto kernel) {
+        kernel<<<grid, kSplitThreads, 0, cuda::stream()>>>(a.q.data<T>(), a.k_cache.data<T>(),
+                                                           a.v_cache.data<T>(), o_part, ml_part,
+                                                           g, splits);
+      };
+      if (g.group == 1) launch(flash2_decode_split<T, D, 1>);
+      else if (g.group == 2) launch(flash2_decode_split<T, D, 2>);
+      else if (g.group <= 4) launch(flash2_decode_split<T, D, 4>);
+      else launch(flash2_decode_split<T, D, kMaxGroupPerBlock>);
+      KUIPER_CUDA_CHECK_LAUNCH("flash2_decode_split");
+    }
+    combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
+        o_part, ml_part, a.out.data<T>(), g, splits, granularity);
+    KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
     return Status::Ok();
+  }
+
+  // Zeroed int counters, one per (kv head, head group) of the fused decode; each launch leaves
+  // them at zero again. Allocated on the first call, before any graph capture.
+  Result<int*> arrival_counters(size_t n) {
+    if (n > arrivals_capacity_) {
+      KUIPER_ASSIGN_OR_RETURN(arrivals_, Tensor::empty({static_cast<int64_t>(n)}, DataType::kInt32,
+                                                       DeviceType::kCuda));
+      KUIPER_CUDA_CHECK(cudaMemsetAsync(arrivals_.data<int>(), 0, n * sizeof(int), cuda::stream()));
+      arrivals_capacity_ = n;
+    }
+    return arrivals_.data<int>();
   }
 
   AttentionRequest request_;
   Scratch o_scratch_;
   Scratch ml_scratch_;
+  Tensor arrivals_;
+  size_t arrivals_capacity_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,9 @@
 // Standard attention, the baseline the flash kernels are measured against: scores are written
 // to a scratch buffer, a softmax normalises each row, then P·V is read back. Prefill runs in
-// passes of kRowsPerPass queries so the scratch is rows x heads x max_ctx floats, never T^2.
+// passes of at most kRowsPerPass queries so the scratch is rows x heads x max_ctx floats, never
+// T^2: it grows only linearly with the context, and the rows of a pass shrink (down to one) so
+// that it stays within kScoreBudgetBytes (256 MB) whenever one row fits (heads x max_ctx floats:
+// 32 heads would need a cache of 2M rows to exceed it).
 //
 // Two kernels per pass:
 //   mha_scores      grid (key tiles, heads, rows): one warp per key, lanes across head_dim,
@@ -8,6 +11,8 @@
 //   mha_softmax_pv  grid (heads, rows): block max and sum over the row, then warps split the
 //                   keys for P·V and reduce their partial outputs through shared memory.
 // Graph-safe decode sizes the score grid for the whole cache; tiles past the position exit.
+#include <algorithm>
+
 #include "kuiper/op/kernels/cuda/attention_common.cuh"
 
 namespace kuiper::op::cuda_attention {
@@ -17,6 +22,15 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kKeysPerBlock = 64;
 constexpr int kRowsPerPass = 16;
+constexpr size_t kScoreBudgetBytes = size_t{256} << 20;
+
+// Queries per pass: kRowsPerPass, fewer when their score rows would exceed the budget.
+int rows_per_pass(const Geometry& g) {
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(g.heads) * g.max_ctx;
+  const size_t fit = std::max<size_t>(1, kScoreBudgetBytes / row_bytes);
+  return static_cast<int>(std::min<size_t>({fit, static_cast<size_t>(kRowsPerPass),
+                                            static_cast<size_t>(g.T)}));
+}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mha_scores(const T* __restrict__ q,
@@ -107,7 +121,7 @@ class MhaAttention final : public AttentionOp {
   Status forward(const AttentionArgs& a) override {
     KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
     const Geometry g = make_geometry(a, request_.graph_safe);
-    const int rows_cap = std::min(g.T, kRowsPerPass);
+    const int rows_cap = rows_per_pass(g);
     KUIPER_ASSIGN_OR_RETURN(float* scores,
                             scratch_.floats(static_cast<size_t>(rows_cap) * g.heads * g.max_ctx));
     return with_instantiation(request_.dtype, request_.head_dim, [&](auto tt, auto dt) -> Status {
@@ -117,8 +131,8 @@ class MhaAttention final : public AttentionOp {
       const T* k = a.k_cache.data<T>();
       const T* v = a.v_cache.data<T>();
       T* out = a.out.data<T>();
-      for (int row0 = 0; row0 < g.T; row0 += kRowsPerPass) {
-        const int rows = std::min(kRowsPerPass, g.T - row0);
+      for (int row0 = 0; row0 < g.T; row0 += rows_cap) {
+        const int rows = std::min(rows_cap, g.T - row0);
         // Keys the last query of the pass sees; graph-safe decode covers the whole cache.
         const int keys = request_.graph_safe ? g.max_ctx : g.start + row0 + rows;
         const dim3 score_grid((keys + kKeysPerBlock - 1) / kKeysPerBlock, g.heads, rows);
