@@ -307,4 +307,66 @@ Status fill_random(Tensor& t, uint64_t seed, float scale, float offset) {
   KUIPER_DISPATCH(t.device(), fill_random(t, seed, scale, offset));
 }
 
+// ---- Vision tower ops ----
+
+Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                 Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("layernorm", x));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("layernorm", x, out));
+  KUIPER_RETURN_IF_ERROR(same_device("layernorm", {&x, &weight, &bias, &out}));
+  if (weight.ndim() != 1 || bias.ndim() != 1 || !is_float(weight.dtype()) ||
+      !is_float(bias.dtype()) || bias.numel() != weight.numel() || x.ndim() < 1 ||
+      x.dim(-1) != weight.numel()) {
+    return fail("layernorm", "weight " + weight.describe() + " and bias " + bias.describe() +
+                                 " do not fit " + x.describe());
+  }
+  KUIPER_DISPATCH(x.device(), layernorm(x, weight, bias, eps, out));
+}
+
+Status gelu(const Tensor& x, GeluKind kind, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("gelu", x));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("gelu", x, out));
+  KUIPER_RETURN_IF_ERROR(same_device("gelu", {&x, &out}));
+  KUIPER_DISPATCH(x.device(), gelu(x, kind, out));
+}
+
+Status rope_2d(Tensor& x, const Tensor& positions, double theta) {
+  KUIPER_RETURN_IF_ERROR(check_activation("rope_2d", x));
+  KUIPER_RETURN_IF_ERROR(same_device("rope_2d", {&x, &positions}));
+  if (x.ndim() != 3 || x.dim(2) % 4 != 0 || positions.dtype() != DataType::kInt32 ||
+      positions.ndim() != 2 || positions.dim(0) != x.dim(0) || positions.dim(1) != 2) {
+    return fail("rope_2d", "bad input " + x.describe() + " with positions " +
+                               positions.describe() + " (want [T, heads, d % 4 == 0], [T, 2])");
+  }
+  KUIPER_DISPATCH(x.device(), rope_2d(x, positions, theta));
+}
+
+Status varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& cu_seqlens, int64_t heads, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("varlen_attention", q));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("varlen_attention", q, k));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("varlen_attention", q, v));
+  KUIPER_RETURN_IF_ERROR(same_shape_and_type("varlen_attention", q, out));
+  KUIPER_RETURN_IF_ERROR(same_device("varlen_attention", {&q, &k, &v, &cu_seqlens, &out}));
+  if (q.ndim() != 2 || heads <= 0 || q.dim(1) % heads != 0 || q.dim(1) == 0 ||
+      cu_seqlens.dtype() != DataType::kInt32 || cu_seqlens.ndim() != 1 ||
+      cu_seqlens.numel() < 2) {
+    return fail("varlen_attention", "bad input " + q.describe() + " with " +
+                                        std::to_string(heads) + " heads and cu_seqlens " +
+                                        (cu_seqlens.defined() ? cu_seqlens.describe()
+                                                              : std::string("undefined")));
+  }
+  if (cu_seqlens.device() == DeviceType::kCpu) {
+    const int32_t* c = cu_seqlens.data<int32_t>();
+    const int64_t S = cu_seqlens.numel() - 1;
+    bool ok = c[0] == 0 && c[S] == q.dim(0);
+    for (int64_t i = 0; ok && i < S; ++i) ok = c[i] <= c[i + 1];
+    if (!ok) {
+      return fail("varlen_attention", "cu_seqlens must rise from 0 to " +
+                                          std::to_string(q.dim(0)) + " without falling");
+    }
+  }
+  KUIPER_DISPATCH(q.device(), varlen_attention(q, k, v, cu_seqlens, heads, out));
+}
+
 }  // namespace kuiper::op

@@ -115,4 +115,33 @@ Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& pa
 // is the same model as on the CPU.
 Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 
+// ---- Vision tower ops (Qwen3-VL) ----
+
+// Row-wise LayerNorm over the last dimension D = weight.numel() (bias: the same length):
+//   out = (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance, both in fp32.
+// weight and bias: fp32/fp16/bf16. out may alias x.
+Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                 Tensor& out);
+
+// Which GELU: kErf is the exact x/2 * (1 + erf(x / sqrt 2)) (torch nn.GELU()), kTanh the tanh
+// approximation x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (gelu_pytorch_tanh).
+enum class GeluKind { kErf, kTanh };
+
+// out = gelu(x), elementwise. out may alias x.
+Status gelu(const Tensor& x, GeluKind kind, Tensor& out);
+
+// 2-D rotary embedding of image patches in place, rotate-half form as the Qwen2/3-VL vision
+// tower applies it. x: [T, heads, d] with d % 4 == 0; positions: int32 [T, 2] = (row, col) of
+// each patch. Pair (i, i + d/2) turns by row * f(i) for i < d/4 and by col * f(i - d/4) after,
+// f(j) = theta^(-2j / (d/2)), angles in fp32.
+Status rope_2d(Tensor& x, const Tensor& positions, double theta);
+
+// Bidirectional (non-causal) softmax attention over packed sequences, scale 1/sqrt(d):
+// q, k, v, out: [T, heads * d] (head h in columns [h*d, (h+1)*d)). cu_seqlens: int32 [S + 1] on
+// q's device, 0 = c0 <= c1 <= ... <= cS = T; token t attends to every token of its own sequence
+// [ci, ci+1) and to no other. Host cu_seqlens are checked here; device ones are the caller's
+// to check (the CUDA kernel clamps them to [0, T] rather than read outside the tensors).
+Status varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& cu_seqlens, int64_t heads, Tensor& out);
+
 }  // namespace kuiper::op

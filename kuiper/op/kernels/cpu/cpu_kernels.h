@@ -36,4 +36,12 @@ int32_t draw(const std::vector<op::TokenProbability>& candidates, double uniform
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, Tensor& out,
                int64_t start);
 
+// Vision tower ops (kernels/cpu/vision_ops.cpp).
+void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+               Tensor& out);
+void gelu(const Tensor& x, op::GeluKind kind, Tensor& out);
+void rope_2d(Tensor& x, const Tensor& positions, double theta);
+void varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                      int64_t heads, Tensor& out);
+
 }  // namespace kuiper::cpu

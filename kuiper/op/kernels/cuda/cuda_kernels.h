@@ -28,4 +28,12 @@ Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
               double uniform, op::SampleWorkspace& workspace, Tensor& out);
 
+// Vision tower ops (kernels/cuda/vision_ops.cu).
+Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                 Tensor& out);
+Status gelu(const Tensor& x, op::GeluKind kind, Tensor& out);
+Status rope_2d(Tensor& x, const Tensor& positions, double theta);
+Status varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                        int64_t heads, Tensor& out);
+
 }  // namespace kuiper::cuda

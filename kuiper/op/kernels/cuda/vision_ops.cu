@@ -1,0 +1,320 @@
+// CUDA kernels of the vision tower: LayerNorm, GELU, the 2-D rotary embedding and bidirectional
+// attention over packed sequences (one sequence per image frame). Activations fp32 or fp16,
+// arithmetic fp32.
+#include <cmath>
+
+#include "kuiper/op/kernels/cuda/cuda_kernels.h"
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/rope_2d_freq.h"
+
+namespace kuiper::cuda {
+
+namespace {
+
+constexpr int kBlockThreads = 256;
+
+// ---- LayerNorm ----
+
+// Sum of v over the kThreadsPerRow threads of a row (a warp, or the whole block). `partial`
+// holds one float per warp of the row; the barrier at the end lets it be reused at once.
+template <int kThreadsPerRow>
+__device__ __forceinline__ float row_sum(float v, float* partial) {
+  v = warp_sum(v);
+  if constexpr (kThreadsPerRow > 32) {
+    constexpr int kWarps = kThreadsPerRow / 32;
+    const int tid = threadIdx.x % kThreadsPerRow;
+    if (tid % 32 == 0) partial[tid / 32] = v;
+    __syncthreads();
+    v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += partial[w];
+    __syncthreads();
+  }
+  return v;
+}
+
+// Two passes over the row (mean, then the squared deviations), as the CPU reference: a wide
+// row (merged vision tokens are 4x hidden) gets a block, a narrow one a warp.
+template <typename TX, typename TW, int kThreadsPerRow>
+__global__ void __launch_bounds__(kBlockThreads)
+    layernorm_kernel(const TX* x, const TW* __restrict__ weight, const TW* __restrict__ bias,
+                     TX* out, int64_t rows, int D, float eps) {
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  __shared__ float partial[kThreadsPerRow / 32];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
+  const int tid = threadIdx.x % kThreadsPerRow;
+  const bool valid = row < rows;  // block-wide rows are always valid, so barriers are uniform
+  const TX* in = x + (valid ? row : 0) * D;
+  float sum = 0.0f;
+  if (valid) {
+    for (int i = tid; i < D; i += kThreadsPerRow) sum += to_float(in[i]);
+  }
+  const float mean = row_sum<kThreadsPerRow>(sum, partial) / static_cast<float>(D);
+  float sq = 0.0f;
+  if (valid) {
+    for (int i = tid; i < D; i += kThreadsPerRow) {
+      const float c = to_float(in[i]) - mean;
+      sq += c * c;
+    }
+  }
+  const float var = row_sum<kThreadsPerRow>(sq, partial) / static_cast<float>(D);
+  if (!valid) return;
+  // x and out may alias: each thread rewrites only elements it has finished reading.
+  const float inv = 1.0f / sqrtf(var + eps);
+  TX* o = out + row * D;
+  for (int i = tid; i < D; i += kThreadsPerRow) {
+    o[i] = from_float<TX>((to_float(in[i]) - mean) * inv * to_float(weight[i]) +
+                          to_float(bias[i]));
+  }
+}
+
+template <typename TX, typename TW, int kThreadsPerRow>
+Status launch_layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                        Tensor& out, int64_t rows, int64_t D) {
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  layernorm_kernel<TX, TW, kThreadsPerRow>
+      <<<blocks_for(rows, kRowsPerBlock), kBlockThreads, 0, stream()>>>(
+          x.data<TX>(), weight.data<TW>(), bias.data<TW>(), out.data<TX>(), rows,
+          static_cast<int>(D), static_cast<float>(eps));
+  KUIPER_CUDA_CHECK_LAUNCH("layernorm kernel");
+  return Status::Ok();
+}
+
+// ---- GELU ----
+
+template <typename TX, bool kTanh>
+__global__ void gelu_kernel(const TX* x, TX* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = to_float(x[i]);
+  float y;
+  if constexpr (kTanh) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    y = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+  } else {
+    y = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+  }
+  out[i] = from_float<TX>(y);
+}
+
+// ---- 2-D rotary embedding ----
+
+constexpr int kMaxQuarterDim = 128;  // head_dim up to 512
+
+struct Rope2dFreq {
+  float v[kMaxQuarterDim];
+};
+
+// One block per (token, head), one thread per rotated pair.
+template <typename TX>
+__global__ void rope_2d_kernel(TX* x, const int32_t* __restrict__ positions, Rope2dFreq freq,
+                               int heads, int half) {
+  const int64_t t = blockIdx.x / heads;
+  const float row = static_cast<float>(positions[2 * t]);
+  const float col = static_cast<float>(positions[2 * t + 1]);
+  const int quarter = half / 2;
+  TX* v = x + static_cast<int64_t>(blockIdx.x) * 2 * half;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = i < quarter ? row * freq.v[i] : col * freq.v[i - quarter];
+    float s, c;
+    sincosf(angle, &s, &c);
+    const float a = to_float(v[i]), b = to_float(v[i + half]);
+    v[i] = from_float<TX>(a * c - b * s);
+    v[i + half] = from_float<TX>(b * c + a * s);
+  }
+}
+
+// ---- Attention over packed sequences ----
+//
+// A block holds kQueries consecutive query rows of one head, one warp each. It walks the keys of
+// the sequences its queries belong to in tiles of 32 staged in shared memory (fp32), and each
+// warp keeps an online softmax (running max m, denominator l, output accumulator): lane j scores
+// key j of the tile, then every lane adds the tile's weighted values to the output dimensions it
+// owns (lane, lane + 32, ...). Memory is O(tile), whatever the sequence length. A key outside a
+// query's own sequence gets weight 0, so a block straddling two images stays exact.
+
+constexpr int kQueries = 8;  // warps per block
+constexpr int kKeyTile = 32;
+constexpr int kMaxHeadDim = 128;
+constexpr int kMaxPerLane = kMaxHeadDim / 32;
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// [begin, end) of the sequence holding token t: the last i with cu[i] <= t, clamped to [0, T].
+__device__ __forceinline__ void sequence_of(const int32_t* cu, int S, int64_t t, int64_t T,
+                                            int64_t& begin, int64_t& end) {
+  int lo = 0, hi = S;  // answer in [0, S)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (cu[mid] <= t) lo = mid; else hi = mid;
+  }
+  begin = min(max(static_cast<int64_t>(cu[lo]), int64_t{0}), T);
+  end = min(max(static_cast<int64_t>(cu[lo + 1]), begin), T);
+}
+
+template <typename TX>
+__global__ void __launch_bounds__(kQueries * 32)
+    varlen_attention_kernel(const TX* __restrict__ q, const TX* __restrict__ k,
+                            const TX* __restrict__ v, const int32_t* __restrict__ cu, int S,
+                            TX* __restrict__ out, int64_t T, int heads, int d, float scale) {
+  extern __shared__ float smem[];
+  const int k_stride = d | 1;  // odd: lane j reading key row j hits bank (j * stride + c) % 32
+  float* ks = smem;                     // [kKeyTile][k_stride]
+  float* vs = ks + kKeyTile * k_stride;  // [kKeyTile][d]
+  float* qs = vs + kKeyTile * d;        // [kQueries][d], pre-scaled
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int head = blockIdx.y;
+  const int64_t width = static_cast<int64_t>(heads) * d;
+  const int64_t q_first = static_cast<int64_t>(blockIdx.x) * kQueries;
+  const int64_t q_last = min(q_first + kQueries, T) - 1;
+  const int64_t t = q_first + warp;
+  const bool active = t < T;
+
+  int64_t my_begin = 0, my_end = 0, block_begin, block_end, unused;
+  if (active) sequence_of(cu, S, t, T, my_begin, my_end);
+  sequence_of(cu, S, q_first, T, block_begin, unused);
+  sequence_of(cu, S, q_last, T, unused, block_end);
+
+  if (active) {
+    for (int c = lane; c < d; c += 32) qs[warp * d + c] = to_float(q[t * width + head * d + c]) * scale;
+  }
+  float m = -INFINITY, l = 0.0f, acc[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) acc[i] = 0.0f;
+
+  for (int64_t k0 = block_begin; k0 < block_end; k0 += kKeyTile) {
+    const int n = static_cast<int>(min(static_cast<int64_t>(kKeyTile), block_end - k0));
+    __syncthreads();  // the previous tile is consumed (and qs is written, the first time)
+    for (int idx = threadIdx.x; idx < n * d; idx += blockDim.x) {
+      const int j = idx / d, c = idx - j * d;
+      const int64_t g = (k0 + j) * width + head * d + c;
+      ks[j * k_stride + c] = to_float(k[g]);
+      vs[j * d + c] = to_float(v[g]);
+    }
+    __syncthreads();
+    if (!active) continue;  // the loop bounds are block-wide, so the barriers above stay uniform
+    const int64_t key = k0 + lane;
+    float s = -INFINITY;
+    if (lane < n && key >= my_begin && key < my_end) {
+      const float* qr = qs + warp * d;
+      const float* kr = ks + lane * k_stride;
+      float dot = 0.0f;
+      for (int c = 0; c < d; ++c) dot += qr[c] * kr[c];
+      s = dot;
+    }
+    const float tile_max = warp_max(s);
+    if (tile_max == -INFINITY) continue;  // no key of this tile is in the query's sequence
+    const float m_new = fmaxf(m, tile_max);
+    const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+    const float correction = expf(m - m_new);  // 0 while m is still -inf
+    l = l * correction + warp_sum(p);
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) acc[i] *= correction;
+    for (int j = 0; j < n; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+      const float* vr = vs + j * d;
+#pragma unroll
+      for (int i = 0; i < kMaxPerLane; ++i) {
+        const int c = lane + 32 * i;
+        if (c < d) acc[i] += pj * vr[c];
+      }
+    }
+    m = m_new;
+  }
+  if (!active) return;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int c = lane + 32 * i;
+    if (c < d) out[t * width + head * d + c] = from_float<TX>(acc[i] * inv);
+  }
+}
+
+}  // namespace
+
+Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                 Tensor& out) {
+  const int64_t D = weight.numel(), rows = x.numel() / D;
+  if (rows == 0) return Status::Ok();
+  if (bias.dtype() != weight.dtype()) {
+    return Status::Error(std::string("layernorm: the CUDA kernel wants weight and bias of one "
+                                     "type, got ") + weight.describe() + " and " +
+                         bias.describe());
+  }
+  return visit_activation(x.dtype(), [&](auto x_tag) {
+    using TX = typename decltype(x_tag)::type;
+    return visit_float(weight.dtype(), [&](auto w_tag) {
+      using TW = typename decltype(w_tag)::type;
+      if (D >= 1024) return launch_layernorm<TX, TW, kBlockThreads>(x, weight, bias, eps, out, rows, D);
+      return launch_layernorm<TX, TW, 32>(x, weight, bias, eps, out, rows, D);
+    });
+  });
+}
+
+Status gelu(const Tensor& x, op::GeluKind kind, Tensor& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return Status::Ok();
+  return visit_activation(x.dtype(), [&](auto tag) {
+    using TX = typename decltype(tag)::type;
+    if (kind == op::GeluKind::kTanh) {
+      gelu_kernel<TX, true><<<blocks_for(n, kBlockThreads), kBlockThreads, 0, stream()>>>(
+          x.data<TX>(), out.data<TX>(), n);
+    } else {
+      gelu_kernel<TX, false><<<blocks_for(n, kBlockThreads), kBlockThreads, 0, stream()>>>(
+          x.data<TX>(), out.data<TX>(), n);
+    }
+    KUIPER_CUDA_CHECK_LAUNCH("gelu kernel");
+    return Status::Ok();
+  });
+}
+
+Status rope_2d(Tensor& x, const Tensor& positions, double theta) {
+  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2, quarter = d / 4;
+  if (quarter > kMaxQuarterDim) {
+    return Status::Error("rope_2d: head_dim " + std::to_string(d) + " exceeds the CUDA kernel's " +
+                         std::to_string(4 * kMaxQuarterDim));
+  }
+  if (T == 0) return Status::Ok();
+  Rope2dFreq freq{};
+  for (int64_t j = 0; j < quarter; ++j) freq.v[j] = rope_2d_inv_freq(theta, d, j);
+  const int threads = static_cast<int>(std::min<int64_t>(256, (half + 31) / 32 * 32));
+  return visit_activation(x.dtype(), [&](auto tag) {
+    using TX = typename decltype(tag)::type;
+    rope_2d_kernel<TX><<<static_cast<unsigned>(T * heads), threads, 0, stream()>>>(
+        x.data<TX>(), positions.data<int32_t>(), freq, static_cast<int>(heads),
+        static_cast<int>(half));
+    KUIPER_CUDA_CHECK_LAUNCH("rope_2d kernel");
+    return Status::Ok();
+  });
+}
+
+Status varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                        int64_t heads, Tensor& out) {
+  const int64_t T = q.dim(0), d = q.dim(1) / heads;
+  if (d > kMaxHeadDim) {
+    return Status::Error("varlen_attention: head_dim " + std::to_string(d) +
+                         " exceeds the CUDA kernel's " + std::to_string(kMaxHeadDim));
+  }
+  if (T == 0) return Status::Ok();
+  const int k_stride = static_cast<int>(d) | 1;
+  const size_t smem = sizeof(float) * (kKeyTile * k_stride + kKeyTile * d + kQueries * d);
+  const dim3 grid(blocks_for(T, kQueries), static_cast<unsigned>(heads));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return visit_activation(q.dtype(), [&](auto tag) {
+    using TX = typename decltype(tag)::type;
+    varlen_attention_kernel<TX><<<grid, kQueries * 32, smem, stream()>>>(
+        q.data<TX>(), k.data<TX>(), v.data<TX>(), cu_seqlens.data<int32_t>(),
+        static_cast<int>(cu_seqlens.numel() - 1), out.data<TX>(), T, static_cast<int>(heads),
+        static_cast<int>(d), scale);
+    KUIPER_CUDA_CHECK_LAUNCH("varlen attention kernel");
+    return Status::Ok();
+  });
+}
+
+}  // namespace kuiper::cuda
