@@ -59,6 +59,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
     qk_norm_rope_cache_kernel(TX* q, TX* k, const TX* __restrict__ v, TX* k_cache, TX* v_cache,
                               const PrepArgs a, const InvFreq inv_freq) {
   grid_dependency_wait();  // q, k and v come from the GEMV before
+  grid_launch_dependents();  // a PDL-launched attention kernel may start (and wait) now
   const int lane = threadIdx.x % 32;
   const int head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
   if (head >= a.Hq + 2 * a.Hkv) return;
