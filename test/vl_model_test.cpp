@@ -2,7 +2,8 @@
 // the 3-D rotary positions of the image prompt, the text-only chat prompt, and the image prompt
 // with the golden vision tower outputs (embeddings and deepstack features): last-position logits,
 // top ids at every position, and the greedy continuation, which runs through decode with the
-// rope delta. CPU fp32 always; the same on CUDA fp32 (eager and CUDA-graph decode) in Cuda* tests.
+// rope delta; then the whole path from the golden pixel values and from test_image.png through
+// the image processor and the vision tower. CPU fp32 always; the same on CUDA fp32 (eager and CUDA-graph decode) in Cuda* tests.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -185,6 +186,62 @@ void image_prompt_with_golden_vision(const ModelOptions& options) {
   expect_greedy(*model, std::move(last), g, "img");
 }
 
+ProcessedImage golden_pixels(const Golden& g, const std::string& kind) {
+  ProcessedImage im;
+  const GoldenTensor& t = g.at("image.pixel_values_" + kind);
+  im.pixel_values = t.f32;
+  im.patches = t.shape[0];
+  im.patch_dim = t.shape[1];
+  im.grid = golden_grid(g, "image.grid_thw_" + kind);
+  return im;
+}
+
+// The whole path: pixel values through the vision tower, then the decoder. `tolerance` bounds
+// the last-position logits' error; the greedy continuation is checked as above.
+void image_prompt_from_pixels(const ModelOptions& options, const ProcessedImage& image,
+                              double tolerance) {
+  Golden g = Golden::load(kFixture);
+  auto model = load_vl(options);
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  const size_t V = static_cast<size_t>(model->config().vocab_size);
+
+  // The tower's output against the golden one, for the record.
+  Result<VisionOutput> vision = model->encode_images({image});
+  ASSERT_TRUE(vision.ok()) << vision.status().message();
+  const std::vector<float> want = g.at("image.vision_embeds").f32;
+  const std::vector<float> got = host_floats(vision->embeds);
+  ASSERT_EQ(got.size(), want.size());
+  std::printf("[ measured ] vision embeds max rel error %.3g\n",
+              relative_max_error(got.data(), want.data(), want.size()));
+
+  Result<Tensor> last = model->forward_with_images(ids, 0, {image}, false);
+  ASSERT_TRUE(last.ok()) << last.status().message();
+  const std::vector<float> row = host_floats(*last);
+  const std::vector<float>& golden_last = g.at("img.logits_last").f32;
+  ASSERT_EQ(row.size(), V);
+  const double err = relative_max_error(row.data(), golden_last.data(), V);
+  std::printf("[ measured ] img from pixels: last-position logits max rel error %.3g\n", err);
+  EXPECT_LE(err, tolerance);
+  expect_greedy(*model, std::move(last), g, "img");
+}
+
+Result<ProcessedImage> test_image_pixels(const Model& model) {
+  KUIPER_ASSIGN_OR_RETURN(Image image, load_image(fixtures_dir() + "/" + kFixture + "/test_image.png"));
+  KUIPER_ASSIGN_OR_RETURN(ImageProcessorConfig config,
+                          ImageProcessorConfig::from_json(
+                              model.file()->metadata().at("preprocessor_config")));
+  return preprocess_image(image, config);
+}
+
+void image_prompt_from_png(const ModelOptions& options) {
+  auto model = load_vl(options);
+  ASSERT_NE(model, nullptr);
+  Result<ProcessedImage> image = test_image_pixels(*model);
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  image_prompt_from_pixels(options, *image, 1e-3);
+}
+
 // Without the image's vision rows the model must not match: the test can fail.
 void wrong_vision_rows_do_not_match(const ModelOptions& options) {
   Golden g = Golden::load(kFixture);
@@ -203,6 +260,28 @@ TEST(VlModel, TextOnlyChatMatchesHuggingFace) { text_only_chat(ModelOptions{}); 
 
 TEST(VlModel, ImagePromptWithGoldenVisionEmbedsMatchesHuggingFace) {
   image_prompt_with_golden_vision(ModelOptions{});
+}
+
+TEST(VlModel, ImagePromptFromGoldenPixelValuesMatchesHuggingFace) {
+  image_prompt_from_pixels(ModelOptions{}, golden_pixels(Golden::load(kFixture), "fast"), 1e-4);
+}
+
+TEST(VlModel, ImagePromptFromTestImagePngMatchesHuggingFace) {
+  image_prompt_from_png(ModelOptions{});
+}
+
+TEST(VlModel, ImagesThatDoNotFitThePromptAreErrors) {
+  auto model = load_vl(ModelOptions{});
+  ASSERT_NE(model, nullptr);
+  Golden g = Golden::load(kFixture);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  ProcessedImage image = golden_pixels(g, "fast");
+  Result<Tensor> r = model->forward_with_images(ids, 0, {image, image}, false);
+  EXPECT_EQ(r.status().message(), "the prompt has tokens for 1 image(s) but 2 were given");
+  image.patch_dim = 768;
+  r = model->forward_with_images(ids, 0, {image}, false);
+  EXPECT_NE(r.status().message().find("the vision tower takes patches of 1536"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(VlModel, DeepstackMatters) { wrong_vision_rows_do_not_match(ModelOptions{}); }
@@ -240,6 +319,17 @@ TEST(CudaVlModel, TextOnlyChatMatchesHuggingFace) {
 TEST(CudaVlModel, ImagePromptWithGoldenVisionEmbedsMatchesHuggingFace) {
   SKIP_WITHOUT_CUDA();
   image_prompt_with_golden_vision(cuda_options(false));
+}
+
+TEST(CudaVlModel, ImagePromptFromGoldenPixelValuesMatchesHuggingFace) {
+  SKIP_WITHOUT_CUDA();
+  image_prompt_from_pixels(cuda_options(false), golden_pixels(Golden::load(kFixture), "fast"),
+                           1e-4);
+}
+
+TEST(CudaVlModel, ImagePromptFromTestImagePngMatchesHuggingFace) {
+  SKIP_WITHOUT_CUDA();
+  image_prompt_from_png(cuda_options(true));
 }
 
 TEST(CudaVlModel, ImagePromptWithGraphDecodeMatchesHuggingFace) {

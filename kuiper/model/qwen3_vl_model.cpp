@@ -65,9 +65,10 @@ Result<RopeIndex> qwen3_vl_rope_index(const std::vector<int32_t>& ids, int64_t i
   return r;
 }
 
-Qwen3VLModel::Qwen3VLModel(std::unique_ptr<QwenModel> text)
+Qwen3VLModel::Qwen3VLModel(std::unique_ptr<QwenModel> text, std::unique_ptr<VisionEncoder> vision)
     : Model(text->config(), text->file_, text->options(), text->max_context()),
-      text_(std::move(text)) {}
+      text_(std::move(text)),
+      vision_(std::move(vision)) {}
 
 Qwen3VLModel::~Qwen3VLModel() = default;
 
@@ -77,7 +78,14 @@ Result<std::unique_ptr<Qwen3VLModel>> Qwen3VLModel::create(std::shared_ptr<Model
     return Status::Error(file->path() + ": not a Qwen3-VL model file");
   }
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> text, QwenModel::create(file, options));
-  return std::unique_ptr<Qwen3VLModel>(new Qwen3VLModel(std::move(text)));
+  // The vision tower reads its weights from the same mapped file (the model file checked them).
+  const ModelFile* f = file.get();
+  Result<std::unique_ptr<VisionEncoder>> vision = VisionEncoder::create(
+      *file->config().vision, [f](const std::string& name) { return f->tensor(name); },
+      options.device, options.activation);
+  if (!vision.ok()) return vision.status().With(file->path() + ": vision tower");
+  return std::unique_ptr<Qwen3VLModel>(
+      new Qwen3VLModel(std::move(text), std::move(vision).value()));
 }
 
 int64_t Qwen3VLModel::rope_delta_at(int64_t position) const {
@@ -122,6 +130,48 @@ Result<Tensor> to_activation(const Tensor& t, DataType act, DeviceType device) {
 }
 
 }  // namespace
+
+Result<VisionOutput> Qwen3VLModel::encode_images(const std::vector<ProcessedImage>& images) {
+  const VisionConfig& vc = vision_->config();
+  int64_t patches = 0;
+  std::vector<std::array<int64_t, 3>> grids;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const ProcessedImage& im = images[i];
+    const int64_t grid_patches = im.grid[0] * im.grid[1] * im.grid[2];
+    if (im.patch_dim != vc.patch_dim() || im.patches != grid_patches ||
+        static_cast<int64_t>(im.pixel_values.size()) != im.patches * im.patch_dim) {
+      return Status::Error("image " + std::to_string(i) + ": " + std::to_string(im.patches) +
+                           " patches of " + std::to_string(im.patch_dim) + " values for grid (" +
+                           std::to_string(im.grid[0]) + ", " + std::to_string(im.grid[1]) + ", " +
+                           std::to_string(im.grid[2]) + "); the vision tower takes patches of " +
+                           std::to_string(vc.patch_dim()));
+    }
+    patches += im.patches;
+    grids.push_back(im.grid);
+  }
+  if (images.empty()) return Status::Error("encode_images: no images");
+  KUIPER_ASSIGN_OR_RETURN(Tensor pixels, Tensor::empty({patches, vc.patch_dim()}, DataType::kFp32));
+  float* dst = pixels.data<float>();
+  for (const ProcessedImage& im : images) {
+    dst = std::copy(im.pixel_values.begin(), im.pixel_values.end(), dst);
+  }
+  return vision_->forward(pixels, grids);
+}
+
+Result<Tensor> Qwen3VLModel::forward_with_images(const std::vector<int32_t>& ids, int64_t start,
+                                                 const std::vector<ProcessedImage>& images,
+                                                 bool all_logits) {
+  if (images.empty()) return forward(ids, start, all_logits);
+  std::vector<std::array<int64_t, 3>> grids;
+  for (const ProcessedImage& im : images) grids.push_back(im.grid);
+  // The token layout first: a prompt that does not fit its images fails before the tower runs.
+  Result<RopeIndex> layout =
+      qwen3_vl_rope_index(ids, config_.image_token_id, config_.vision->spatial_merge_size, grids);
+  if (!layout.ok()) return layout.status();
+  KUIPER_ASSIGN_OR_RETURN(VisionOutput vision, encode_images(images));
+  return forward_with_vision_embeds(ids, start, grids, vision.embeds, vision.deepstack,
+                                    all_logits);
+}
 
 Result<Tensor> Qwen3VLModel::forward_with_vision_embeds(
     const std::vector<int32_t>& ids, int64_t start,

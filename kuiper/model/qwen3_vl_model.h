@@ -15,6 +15,8 @@
 
 #include "kuiper/model/model.h"
 #include "kuiper/model/qwen_model.h"
+#include "kuiper/model/vision_encoder.h"
+#include "kuiper/vision/image.h"
 
 namespace kuiper {
 
@@ -43,6 +45,15 @@ class Qwen3VLModel : public Model {
   Result<Tensor> forward(const std::vector<int32_t>& ids, int64_t start,
                          bool all_logits) override;
 
+  // ids holding the images' tokens (see the top of this file) at positions [start, ...): runs
+  // the vision tower on the images' pixel values (images in the order of their tokens), then the
+  // decoder. Later forward() calls continue with the rope delta.
+  Result<Tensor> forward_with_images(const std::vector<int32_t>& ids, int64_t start,
+                                     const std::vector<ProcessedImage>& images, bool all_logits);
+  // The vision tower alone: embeddings and deepstack features of the images, concatenated in
+  // order ([sum of merged_tokens, hidden] each), on the model's device.
+  Result<VisionOutput> encode_images(const std::vector<ProcessedImage>& images);
+
   // A prompt with images, given the vision tower's output: embeds [N, hidden] for the N image-pad
   // tokens of ids (images in order), deepstack[k] [N, hidden] added after decoder layer k
   // (at most num_layers of them). fp32 (or the activation dtype), on any device.
@@ -54,9 +65,10 @@ class Qwen3VLModel : public Model {
 
   // The rope delta a token at cache position `position` gets (0 before any image).
   int64_t rope_delta_at(int64_t position) const;
+  const VisionEncoder& vision() const { return *vision_; }
 
  private:
-  explicit Qwen3VLModel(std::unique_ptr<QwenModel> text);
+  Qwen3VLModel(std::unique_ptr<QwenModel> text, std::unique_ptr<VisionEncoder> vision);
   // One forward of the decoder: rope3 holds the [3, T] rotary positions (null: cache position +
   // delta on every axis); the hook runs on the hidden states as in QwenModel::hidden_hook_.
   Result<Tensor> run(const std::vector<int32_t>& ids, int64_t start, bool all_logits,
@@ -66,6 +78,7 @@ class Qwen3VLModel : public Model {
   void truncate_deltas(int64_t start);
 
   std::unique_ptr<QwenModel> text_;
+  std::unique_ptr<VisionEncoder> vision_;
   // (first cache position, delta): the delta of every later position up to the next entry.
   std::vector<std::pair<int64_t, int64_t>> deltas_;
 };
