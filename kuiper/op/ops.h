@@ -55,9 +55,10 @@ Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 //  - swiglu: w is [2N, K], gate rows then up rows (bias [2N] likewise), and
 //    out = silu(x gate^T) * (x up^T) (op::swiglu); out has x's dtype;
 //  - residual: out += the product (out holds the residual; op::add); not with swiglu.
-// Each intermediate is rounded to the activation type where the unfused ops store it, so the
-// result equals the composition of those ops up to fp32 summation order. On the GPU one row of x
-// is one GEMV launch; other cases run the composition.
+// The GPU GEMV (one row of x) rounds the products, the gate/up pair and the residual sum to the
+// activation type where the unfused ops store them, but applies the norm as a 1 / rms factor on
+// the fp32 dot products, so the normalised x is not rounded (fp16: within an fp16 ulp or so of
+// the composition). Other cases run the composition itself.
 struct LinearOptions {
   const Tensor* norm = nullptr;
   double eps = 1e-6;

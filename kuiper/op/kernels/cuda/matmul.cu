@@ -33,13 +33,17 @@ namespace {
 //    launch (PDL), the blocks start while the previous kernel finishes, and their weight loads
 //    (which depend on nothing) overlap its tail; x, the bias and the residual are read after the
 //    wait (138 -> 146 tok/s).
-// Fused forms (op::linear): the RMSNorm of x (computed by every block from x, rounded to the
-// activation type as the rmsnorm kernel writes it), SwiGLU over stacked [gate; up] rows (the
+// Fused forms (op::linear): the RMSNorm of x (every block stages x times the norm weight and
+// scales the dot products by 1 / rms at the end; the normalised x is not rounded to the
+// activation type as the rmsnorm kernel would store it), SwiGLU over stacked [gate; up] rows (the
 // warp's two rows are gate row n and up row n), and a residual add into out.
 
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
-constexpr int kGemvUnroll = 8;  // 16-byte loads in flight per lane and row
+// kUnroll, a template argument: 16-byte loads in flight per lane and row. 8 (126 registers, 2
+// blocks per SM) everywhere, except where a launch has between one and two SM-fuls of such
+// blocks (q/k/v: 384 blocks, 264 fit at once on an H100): there the 4-load form, capped at 64
+// registers so that 4 blocks fit per SM, runs it in one wave instead of 1.45.
 
 struct GemvArgs {
   const void* w;
@@ -79,12 +83,16 @@ __device__ __forceinline__ float dot_chunk(uint4 w_raw, const float* xs) {
   return s;
 }
 
-// Fills xs[0, K) with x in fp32, RMS-normalised by `norm` when given; ends with a barrier.
+// Fills xs[0, K) with x in fp32, times the RMSNorm weight when there is one, and each warp's
+// share of sum(x^2) in sumsq[warp]; ends with a barrier. The 1 / rms factor is applied to the
+// finished dot products instead (gemv_inv_rms), so staging is one pass: x and the norm weight are
+// loaded together, and no second barrier waits for the block's sum before the main loop.
 template <typename TX>
-__device__ void stage_x(const GemvArgs& a, float* xs) {
+__device__ void stage_x(const GemvArgs& a, float* xs, float* sumsq) {
   const TX* x = static_cast<const TX*>(a.x);
   const int64_t K = a.K;
-  float sumsq = 0.0f;
+  const bool norm = a.norm != nullptr;
+  float local = 0.0f;
   if (a.x_vectorized) {
     constexpr int kVecX = 16 / sizeof(TX);
     float f[kVecX];
@@ -94,7 +102,8 @@ __device__ void stage_x(const GemvArgs& a, float* xs) {
 #pragma unroll
       for (int j = 0; j < kVecX; ++j) {
         f[j] = to_float(v[j]);
-        sumsq += f[j] * f[j];
+        local += f[j] * f[j];
+        if (norm) f[j] *= load_as_float(a.norm, a.norm_dtype, c * kVecX + j);
       }
 #pragma unroll
       for (int j = 0; j < kVecX; j += 4) {
@@ -104,33 +113,28 @@ __device__ void stage_x(const GemvArgs& a, float* xs) {
   } else {
     for (int64_t k = threadIdx.x; k < K; k += kGemvThreads) {
       const float v = to_float(x[k]);
-      xs[k] = v;
-      sumsq += v * v;
+      local += v * v;
+      xs[k] = norm ? v * load_as_float(a.norm, a.norm_dtype, k) : v;
     }
   }
-  if (a.norm != nullptr) {
-    __shared__ float partial[kGemvWarps];
-    sumsq = warp_sum(sumsq);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sumsq;
-    __syncthreads();
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kGemvWarps; ++i) total += partial[i];
-    // The rmsnorm kernel's expression and rounding: weight * (x * inv), stored as TX. Each
-    // thread rescales the elements it staged, so no barrier is needed in between.
-    const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.eps);
-    const int64_t per = a.x_vectorized ? 16 / sizeof(TX) : 1;
-    for (int64_t c = threadIdx.x; c < K / per; c += kGemvThreads) {
-      for (int64_t k = c * per; k < (c + 1) * per; ++k) {
-        xs[k] = to_float(from_float<TX>(load_as_float(a.norm, a.norm_dtype, k) * (xs[k] * inv)));
-      }
-    }
+  if (norm) {
+    local = warp_sum(local);
+    if (threadIdx.x % 32 == 0) sumsq[threadIdx.x / 32] = local;
   }
   __syncthreads();
 }
 
-template <typename TW, typename TX, typename TO>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvArgs a) {
+// 1 / sqrt(mean(x^2) + eps) from the warps' shares (the rmsnorm kernel's expression).
+__device__ __forceinline__ float gemv_inv_rms(const GemvArgs& a, const float* sumsq) {
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kGemvWarps; ++i) total += sumsq[i];
+  return 1.0f / sqrtf(total / static_cast<float>(a.K) + a.eps);
+}
+
+template <typename TW, typename TX, typename TO, int kGemvUnroll>
+__global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
+    gemv_kernel(const GemvArgs a) {
   extern __shared__ __align__(16) float xs[];
   constexpr int kVec = 16 / sizeof(TW);
   const int lane = threadIdx.x % 32;
@@ -167,7 +171,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvArgs a) {
   load(lane);  // weights only: safe before the previous kernel has finished
   grid_dependency_wait();
   grid_launch_dependents();
-  stage_x<TX>(a, xs);
+  __shared__ float sumsq[kGemvWarps];
+  stage_x<TX>(a, xs, sumsq);
 
   float acc[2] = {0.0f, 0.0f};
   for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
@@ -192,6 +197,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvArgs a) {
   acc[0] = warp_sum(acc[0]);
   acc[1] = warp_sum(acc[1]);
   if (lane != 0) return;
+  if (a.norm != nullptr) {
+    const float inv = gemv_inv_rms(a, sumsq);
+    acc[0] *= inv;
+    acc[1] *= inv;
+  }
   TO* out = static_cast<TO*>(a.out);
   // Every intermediate is rounded to TO where the unfused ops would store it.
   auto finish = [&](int r) {
@@ -216,6 +226,32 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const GemvArgs a) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Blocks of gemv_kernel<..., kUnroll> that fit on the GPU at once with `smem` bytes of x.
+template <typename TW, typename TX, typename TO, int kUnroll>
+Result<int64_t> gemv_fit(int64_t smem) {
+  static int sms = 0;
+  static int64_t sizes[8] = {}, fits[8] = {};
+  if (sms == 0) KUIPER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (int i = 0; i < 8; ++i) {
+    if (sizes[i] == smem) return fits[i];
+    if (sizes[i] == 0) {
+      int per_sm = 0;
+      KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, gemv_kernel<TW, TX, TO, kUnroll>, kGemvThreads, static_cast<size_t>(smem)));
+      sizes[i] = smem;
+      fits[i] = static_cast<int64_t>(sms) * per_sm;
+      return fits[i];
+    }
+  }
+  return static_cast<int64_t>(sms) * 2;  // more x sizes than the cache holds
+}
+
+template <typename TW, typename TX, typename TO, int kUnroll>
+Status launch_gemv_unrolled(const GemvArgs& a, int64_t blocks, int64_t smem) {
+  return launch_pdl(gemv_kernel<TW, TX, TO, kUnroll>, dim3(static_cast<unsigned>(blocks)),
+                    dim3(kGemvThreads), static_cast<size_t>(smem), "gemv kernel launch", a);
+}
+
 template <typename TW, typename TX, typename TO>
 Status launch_gemv(const GemvArgs& a) {
   constexpr int64_t kMaxSmem = 200 * 1024;
@@ -226,14 +262,22 @@ Status launch_gemv(const GemvArgs& a) {
   // Past 48 KB (static shared memory included) a kernel must opt in; once per instantiation.
   static bool raised = false;
   if (smem > 40 * 1024 && !raised) {
-    KUIPER_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<TW, TX, TO>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kMaxSmem)));
+    for (const void* kernel : {reinterpret_cast<const void*>(gemv_kernel<TW, TX, TO, 8>),
+                               reinterpret_cast<const void*>(gemv_kernel<TW, TX, TO, 4>)}) {
+      KUIPER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kMaxSmem)));
+    }
     raised = true;
   }
   const int64_t groups = a.swiglu ? a.N : (a.N + 1) / 2;
-  return launch_pdl(gemv_kernel<TW, TX, TO>, dim3(blocks_for(groups, kGemvWarps)),
-                    dim3(kGemvThreads), static_cast<size_t>(smem), "gemv kernel launch", a);
+  const int64_t blocks = (groups + kGemvWarps - 1) / kGemvWarps;
+  static const bool wide_off = std::getenv("KUIPER_GEMV_NO_WIDE") != nullptr;  // A/B timing
+  KUIPER_ASSIGN_OR_RETURN(const int64_t fit8, (gemv_fit<TW, TX, TO, 8>(smem)));
+  if (!wide_off && blocks > fit8) {
+    KUIPER_ASSIGN_OR_RETURN(const int64_t fit4, (gemv_fit<TW, TX, TO, 4>(smem)));
+    if (blocks <= fit4) return launch_gemv_unrolled<TW, TX, TO, 4>(a, blocks, smem);
+  }
+  return launch_gemv_unrolled<TW, TX, TO, 8>(a, blocks, smem);
 }
 
 // The GEMV for one row of x, dispatched on the three element types.
