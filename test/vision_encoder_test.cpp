@@ -265,13 +265,13 @@ TEST(CudaVisionEncoder, Fp32MatchesTransformers) {
   expect_matches_golden(*enc, 1e-4);
 }
 
-// fp16 activations round every intermediate to 11 bits: on outputs of magnitude ~3 the
-// accumulated rounding is a few 1e-3 (the tolerance allows 2e-2).
+// fp16 activations round every intermediate to 11 bits: on outputs of magnitude ~3.5 the
+// accumulated rounding measured 2.9e-3 max abs on the H100; the tolerance allows 1e-2.
 TEST(CudaVisionEncoder, Fp16MatchesTransformersLoosely) {
   SKIP_WITHOUT_CUDA();
   std::unique_ptr<VisionEncoder> enc = make_encoder(DeviceType::kCuda, DataType::kFp16);
   ASSERT_NE(enc, nullptr);
-  expect_matches_golden(*enc, 2e-2);
+  expect_matches_golden(*enc, 1e-2);
 }
 
 }  // namespace
