@@ -81,8 +81,13 @@ class CudaCachingAllocator final : public Allocator {
     stats_.peak = stats_.in_use;
   }
 
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cached_blocks();
+  }
+
  private:
-  // Called with mutex_ held, only after an out-of-memory error (never on the hot path).
+  // Called with mutex_ held, after an out-of-memory error or on request (never on the hot path).
   void release_cached_blocks() {
     (void)cudaDeviceSynchronize();
     for (auto& [size, blocks] : free_) {
@@ -112,6 +117,7 @@ Allocator* cuda_caching_allocator() { return &instance(); }
 namespace cuda {
 MemoryStats memory_stats() { return instance().stats(); }
 void reset_peak_memory() { instance().reset_peak(); }
+void release_cached_memory() { instance().release_cached(); }
 }  // namespace cuda
 
 }  // namespace kuiper
