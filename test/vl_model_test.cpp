@@ -284,6 +284,25 @@ TEST(VlModel, ImagesThatDoNotFitThePromptAreErrors) {
       << r.status().message();
 }
 
+// The delta belongs to the cache rows after the image: rewriting the cache from before the image
+// (a new conversation, a rewound prefix) drops it; continuing after it keeps it.
+TEST(VlModel, RopeDeltaFollowsTheCache) {
+  auto model = load_vl(ModelOptions{});
+  ASSERT_NE(model, nullptr);
+  Golden g = Golden::load(kFixture);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  ASSERT_TRUE(model->forward_with_images(ids, 0, {golden_pixels(g, "fast")}, false).ok());
+  const int64_t delta = model->rope_delta_at(T);
+  EXPECT_LT(delta, 0);
+  ASSERT_TRUE(model->forward({ids.back()}, T, false).ok());
+  EXPECT_EQ(model->rope_delta_at(T + 1), delta);
+  ASSERT_TRUE(model->forward({ids.back()}, T - 1, false).ok());  // rewrites the last row only
+  EXPECT_EQ(model->rope_delta_at(T), delta);
+  ASSERT_TRUE(model->forward({ids[0], ids[1]}, 0, false).ok());  // a new prompt from the start
+  EXPECT_EQ(model->rope_delta_at(T), 0);
+}
+
 TEST(VlModel, DeepstackMatters) { wrong_vision_rows_do_not_match(ModelOptions{}); }
 
 TEST(VlModel, BadInputsAreClearErrors) {
@@ -330,6 +349,43 @@ TEST(CudaVlModel, ImagePromptFromGoldenPixelValuesMatchesHuggingFace) {
 TEST(CudaVlModel, ImagePromptFromTestImagePngMatchesHuggingFace) {
   SKIP_WITHOUT_CUDA();
   image_prompt_from_png(cuda_options(true));
+}
+
+// fp16 activations (the GPU default): the top token at every position where transformers' fp32
+// top-2 are clearly apart, and the greedy continuation through graph decode where its margin is.
+TEST(CudaVlModel, Fp16ImagePromptAgreesOnTopTokens) {
+  SKIP_WITHOUT_CUDA();
+  ModelOptions options = cuda_options(true);
+  options.activation = DataType::kFp16;
+  auto model = load_vl(options);
+  ASSERT_NE(model, nullptr);
+  Golden g = Golden::load(kFixture);
+  const std::vector<int32_t>& ids = g.at("img.ids").i32;
+  const size_t V = static_cast<size_t>(model->config().vocab_size), T = ids.size();
+  Result<Tensor> all = model->forward_with_images(ids, 0, {golden_pixels(g, "fast")}, true);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  const std::vector<float> logits = host_floats(*all);
+  const std::vector<float>& last = g.at("img.logits_last").f32;
+  std::printf("[ measured ] fp16 img: last-position logits max rel error %.3g\n",
+              relative_max_error(logits.data() + (T - 1) * V, last.data(), V));
+  const GoldenTensor& top_ids = g.at("img.top_ids");
+  const GoldenTensor& top_vals = g.at("img.top_vals");
+  int compared = 0;
+  for (size_t t = 0; t < T; ++t) {
+    if (top_vals.f32[t * 8] - top_vals.f32[t * 8 + 1] < 0.05f) continue;
+    EXPECT_EQ(top_k(logits.data() + t * V, V, 1)[0], top_ids.i32[t * 8]) << "position " << t;
+    ++compared;
+  }
+  EXPECT_GT(compared, static_cast<int>(T) / 2);
+  const std::vector<int32_t>& greedy = g.at("img.greedy").i32;
+  const std::vector<float>& margin = g.at("img.greedy_margin").f32;
+  Result<Tensor> step = model->forward_with_images(ids, 0, {golden_pixels(g, "fast")}, false);
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    ASSERT_TRUE(step.ok()) << step.status().message();
+    const std::vector<float> row = host_floats(*step);
+    if (margin[i] > 0.05f) EXPECT_EQ(top_k(row.data(), V, 1)[0], greedy[i]) << "step " << i;
+    step = model->forward({greedy[i]}, static_cast<int64_t>(T + i), false);
+  }
 }
 
 TEST(CudaVlModel, ImagePromptWithGraphDecodeMatchesHuggingFace) {

@@ -226,9 +226,12 @@ Result<Tensor> Qwen3VLModel::forward_with_vision_embeds(
     }
     return Status::Ok();
   };
-  const int64_t T = static_cast<int64_t>(ids.size());
   KUIPER_ASSIGN_OR_RETURN(Tensor logits, run(ids, start, all_logits, &index.positions, hook));
-  deltas_.emplace_back(start + T, rope_delta_at(start) + index.delta);
+  // Tokens after the last image (in this prompt and later) sit at cache position + delta.
+  if (!index.spans.empty()) {
+    const auto& [first, count] = index.spans.back();
+    deltas_.emplace_back(start + first + count, rope_delta_at(start) + index.delta);
+  }
   return logits;
 }
 

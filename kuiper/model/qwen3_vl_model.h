@@ -79,7 +79,9 @@ class Qwen3VLModel : public Model {
 
   std::unique_ptr<QwenModel> text_;
   std::unique_ptr<VisionEncoder> vision_;
-  // (first cache position, delta): the delta of every later position up to the next entry.
+  // (first cache position, delta): the delta of every later position up to the next entry; an
+  // entry starts right after an image's last token and goes when the cache is rewritten from
+  // before it.
   std::vector<std::pair<int64_t, int64_t>> deltas_;
 };
 
