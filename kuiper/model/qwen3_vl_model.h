@@ -5,6 +5,9 @@
 // gets a 3-D (t, h, w) rotary position (text tokens advance all three axes together, an image's
 // merged grid spreads over h and w). Tokens after an image continue at cache position + rope
 // delta on all three axes, which is ordinary RoPE at that shifted position.
+//
+// Prefill runs the whole prompt at once (ModelOptions::prefill_chunk does not apply here); decode
+// (one token) takes QwenModel's path, the CUDA graph included.
 #pragma once
 
 #include <array>
@@ -74,7 +77,8 @@ class Qwen3VLModel : public Model {
   Result<Tensor> run(const std::vector<int32_t>& ids, int64_t start, bool all_logits,
                      const std::vector<int32_t>* rope3,
                      const std::function<Status(int64_t, Tensor&)>& hook);
-  // Forgets the deltas of positions at or after `start` (their cache rows are being rewritten).
+  // Forgets the delta of every image whose last token is at or after `start` (its cache rows
+  // are being rewritten).
   void truncate_deltas(int64_t start);
 
   std::unique_ptr<QwenModel> text_;
