@@ -226,11 +226,17 @@ Result<Tensor> Qwen3VLModel::forward_with_vision_embeds(
     }
     return Status::Ok();
   };
+  const int64_t delta_before = rope_delta_at(start);
   KUIPER_ASSIGN_OR_RETURN(Tensor logits, run(ids, start, all_logits, &index.positions, hook));
-  // Tokens after the last image (in this prompt and later) sit at cache position + delta.
-  if (!index.spans.empty()) {
-    const auto& [first, count] = index.spans.back();
-    deltas_.emplace_back(start + first + count, rope_delta_at(start) + index.delta);
+  // Tokens after each image (in this prompt and later) sit at cache position + the delta it
+  // leaves: one entry per image, so a prompt rewritten from between two images keeps the first
+  // one's delta. The t row of positions gives it for a token after the image in this prompt.
+  for (const auto& [first, count] : index.spans) {
+    const int64_t after = first + count;
+    const int64_t delta = after < static_cast<int64_t>(ids.size())
+                              ? index.positions[static_cast<size_t>(after)] - (start + after)
+                              : delta_before + index.delta;
+    deltas_.emplace_back(start + after, delta);
   }
   return logits;
 }
