@@ -12,8 +12,36 @@
 
 namespace kuiper::demo {
 
+namespace {
+
+// The prompt ids of a request (image pads expanded) and its images' pixel values.
+Status prepare(const BatchRequest& request, const Generator& generator,
+               const ChatTemplate& chat_template, const ChatOptions& chat_options,
+               const ImageInput* vision, std::vector<int32_t>* ids,
+               std::vector<ProcessedImage>* images) {
+  const ModelConfig& config = generator.model().config();
+  if (!request.images.empty() && vision == nullptr) {
+    return Status::Error(std::string("\"images\": a ") + architecture_name(config.arch) +
+                         " model takes no images");
+  }
+  for (const std::string& path : request.images) {
+    KUIPER_ASSIGN_OR_RETURN(PromptImage image, vision->load(path));
+    images->push_back(std::move(image.pixels));
+  }
+  KUIPER_ASSIGN_OR_RETURN(*ids, encode_chat(chat_template, generator.tokenizer(),
+                                            request.messages, chat_options));
+  if (vision != nullptr) {
+    KUIPER_ASSIGN_OR_RETURN(*ids, expand_image_pads(*ids, vision->image_pad_id(),
+                                                    image_tokens(config, *images)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 int run_batch(Generator& generator, const ChatTemplate& chat_template,
-              const ChatOptions& chat_options, const InferOptions& options, const char* program) {
+              const ChatOptions& chat_options, const InferOptions& options,
+              const ImageInput* vision, const char* program) {
   Result<std::vector<PromptLine>> lines =
       read_prompts_file(options.prompts_file, options.generation, options.system);
   if (!lines.ok()) {
@@ -46,13 +74,16 @@ int run_batch(Generator& generator, const ChatTemplate& chat_template,
       continue;
     }
     const BatchRequest& request = *line.request;
-    Result<std::vector<int32_t>> ids =
-        encode_chat(chat_template, generator.tokenizer(), request.messages, chat_options);
-    if (!ids.ok()) {
-      fail(request.id, ids.status());
+    std::vector<int32_t> ids;
+    std::vector<ProcessedImage> images;
+    const Status prepared =
+        prepare(request, generator, chat_template, chat_options, vision, &ids, &images);
+    if (!prepared.ok()) {
+      fail(request.id, prepared);
       continue;
     }
-    Result<Generation> generation = generator.generate(*ids, request.generation);
+    Result<Generation> generation =
+        generator.generate_with_images(ids, images, request.generation);
     if (!generation.ok()) {
       fail(request.id, generation.status());
       continue;

@@ -4,13 +4,16 @@
 
 #include "demo/infer_options.h"
 #include "kuiper/runtime/generator.h"
+#include "kuiper/runtime/vision_input.h"
 #include "kuiper/tokenizer/chat_template.h"
 
 namespace kuiper::demo {
 
 // Returns the exit status: 0 when every prompt got a result, 1 when any failed (the others
-// still ran) or the file could not be used at all.
+// still ran) or the file could not be used at all. `vision` reads the lines' images (null: the
+// model takes none, and a line with images fails).
 int run_batch(Generator& generator, const ChatTemplate& chat_template,
-              const ChatOptions& chat_options, const InferOptions& options, const char* program);
+              const ChatOptions& chat_options, const InferOptions& options,
+              const ImageInput* vision, const char* program);
 
 }  // namespace kuiper::demo

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <gflags/gflags.h>
@@ -15,6 +16,7 @@
 #include "demo/repl.h"
 #include "demo/result_record.h"
 #include "kuiper/runtime/chat_session.h"
+#include "kuiper/runtime/vision_input.h"
 
 namespace kuiper::demo {
 
@@ -78,9 +80,11 @@ Result<TokenizerTexts> tokenizer_texts(const InferOptions& options, const ModelF
   return texts;
 }
 
-// One prompt: the reply on stdout (streamed with --stream), a JSONL record with --output.
+// One prompt (with --image, its images): the reply on stdout (streamed with --stream), a JSONL
+// record with --output.
 Status run_single(Generator& generator, ChatTemplate chat_template, const ChatOptions& chat,
-                  const InferOptions& options, const char* program) {
+                  const InferOptions& options, const std::vector<PromptImage>& images,
+                  const char* program) {
   ChatSession session(generator, std::move(chat_template), chat);
   session.set_system(options.system);
   TextCallback stream;
@@ -91,7 +95,8 @@ Status run_single(Generator& generator, ChatTemplate chat_template, const ChatOp
     };
   }
   KUIPER_ASSIGN_OR_RETURN(Generation generation,
-                          session.send(options.prompt, options.generation, stream));
+                          session.send(options.prompt, pixels_of(images), options.generation,
+                                       stream));
   if (!options.stream) std::fwrite(generation.text.data(), 1, generation.text.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -102,8 +107,9 @@ Status run_single(Generator& generator, ChatTemplate chat_template, const ChatOp
   if (options.stats) std::fprintf(stderr, "%s\n", generation.stats.summary().c_str());
   if (!options.output_path.empty()) {
     std::ofstream out(options.output_path, std::ios::binary | std::ios::trunc);
-    out << jsonl_line(result_record(1, {{"prompt", options.prompt}}, generation,
-                                    options.generation.sampling.seed));
+    nlohmann::ordered_json request = {{"prompt", options.prompt}};
+    if (!options.images.empty()) request["images"] = options.images;
+    out << jsonl_line(result_record(1, request, generation, options.generation.sampling.seed));
     if (!out) return Status::Error("cannot write " + options.output_path);
   }
   return Status::Ok();
@@ -125,6 +131,20 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
                           ChatTemplate::from_tokenizer_config(texts.tokenizer_config_json));
   ChatOptions chat;
   if (options.no_think) chat.extra["enable_thinking"] = false;
+  // Images are read before the weights are loaded: a bad one is refused at once.
+  std::optional<ImageInput> image_input;
+  std::vector<PromptImage> images;
+  if (file->config().vision.has_value()) {
+    KUIPER_ASSIGN_OR_RETURN(image_input, ImageInput::from_model_file(*file));
+    for (const std::string& path : options.images) {
+      KUIPER_ASSIGN_OR_RETURN(PromptImage image, image_input->load(path));
+      images.push_back(std::move(image));
+    }
+  } else if (!options.images.empty()) {
+    return Status::Error("--image: " + options.model_path + " is a " + architecture_name(arch) +
+                         " model: it takes no images");
+  }
+  const ImageInput* vision = image_input ? &*image_input : nullptr;
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                           Model::load(options.model_path, options.model));
   Generator generator(*model, tokenizer);
@@ -132,11 +152,11 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
   if (options.interactive) {
     ChatSession session(generator, chat_template, chat);
     session.set_system(options.system);
-    *exit_code = run_repl(session, options, program);
+    *exit_code = run_repl(session, options, vision, std::move(images), program);
   } else if (!options.prompts_file.empty()) {
-    *exit_code = run_batch(generator, chat_template, chat, options, program);
+    *exit_code = run_batch(generator, chat_template, chat, options, vision, program);
   } else {
-    KUIPER_RETURN_IF_ERROR(run_single(generator, chat_template, chat, options, program));
+    KUIPER_RETURN_IF_ERROR(run_single(generator, chat_template, chat, options, images, program));
     *exit_code = 0;
   }
   return Status::Ok();
@@ -151,7 +171,11 @@ int infer_main(int argc, char** argv, Architecture family) {
       "chat with a " + std::string(architecture_name(family)) + " model:\n  " + program +
       " --model M.bin --prompt \"...\"        answer one prompt\n  " + program +
       " --model M.bin -i                    chat (line editing, /help)\n  " + program +
-      " --model M.bin --prompts-file P.jsonl --output R.jsonl   batch\n"
+      " --model M.bin --prompts-file P.jsonl --output R.jsonl   batch\n" +
+      (family == Architecture::kQwen3VL
+           ? "  " + program + " --model M.bin --image a.png --prompt \"...\"   a prompt with "
+             "an image (repeat --image for several; -i: /image PATH)\n"
+           : std::string()) +
       "Flags may be written with dashes or underscores (--top-p, --top_p).");
   int exit_code = 1;
   const Status status = run(argc, argv, family, program.c_str(), &exit_code);

@@ -1,5 +1,6 @@
-// The shared front end of qwen2_infer and qwen3_infer: one prompt, a batch file or a chat REPL
-// over kuiper/runtime. The programs differ only in the model family they accept.
+// The shared front end of qwen2_infer, qwen3_infer and qwen3_vl_infer: one prompt, a batch file
+// or a chat REPL over kuiper/runtime. The programs differ only in the model family they accept
+// (a vision-language family also takes images).
 #pragma once
 
 #include "kuiper/model/config.h"

@@ -12,10 +12,14 @@ DEFINE_string(tokenizer, "",
               "template), to use instead of the one in the model file");
 DEFINE_string(prompt, "", "user message to answer (with -i: the first turn)");
 DEFINE_string(system, "", "system prompt");
+DEFINE_string(image, "",
+              "vision-language models: an image file (PNG or JPEG) shown with --prompt (or the "
+              "first message of -i) before its text; repeat the flag for several");
 DEFINE_bool(interactive, false, "chat in a REPL (also -i)");
 DEFINE_string(prompts_file, "",
               "batch mode: a text file with one prompt per line, or .jsonl with {\"prompt\": ...} "
-              "or {\"messages\": [...]} per line and optional sampling fields");
+              "or {\"messages\": [...]} per line and optional sampling fields (and \"images\": "
+              "[paths] for vision-language models)");
 DEFINE_string(output, "", "write results as JSONL to this file (batch mode: default stdout)");
 DEFINE_int64(max_tokens, -1, "most tokens to generate per reply; -1: until an end token or "
              "the end of the context");
@@ -62,10 +66,11 @@ void split_stops(const std::string& value, std::vector<std::string>* stops) {
 
 // gflags knows neither one-letter flags nor dashes inside names, and keeps only the last value
 // of a repeated flag. Rewrites `-i` to --interactive and --top-p to --top_p, and takes every
-// --stop out of the arguments into `stops`. The value after a flag that takes one is left as
-// it is, so `--prompt -i` is a prompt.
+// --stop out of the arguments into `stops` and every --image into `images`. The value after a
+// flag that takes one is left as it is, so `--prompt -i` is a prompt.
 Result<std::vector<std::string>> rewrite_args(int argc, char** argv,
-                                              std::vector<std::string>* stops) {
+                                              std::vector<std::string>* stops,
+                                              std::vector<std::string>* images) {
   std::vector<std::string> out = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -91,6 +96,13 @@ Result<std::vector<std::string>> rewrite_args(int argc, char** argv,
     if (name == "stop") {
       if (!has_value && i + 1 >= argc) return Status::Error("--stop needs a value");
       split_stops(has_value ? arg.substr(eq + 1) : std::string(argv[++i]), stops);
+      continue;
+    }
+    if (name == "image") {
+      if (!has_value && i + 1 >= argc) return Status::Error("--image needs a file");
+      const std::string path = has_value ? arg.substr(eq + 1) : std::string(argv[++i]);
+      if (path.empty()) return Status::Error("--image needs a file");
+      images->push_back(path);
       continue;
     }
     out.push_back("--" + name + (has_value ? arg.substr(eq) : ""));
@@ -130,7 +142,9 @@ Status check_sampling_flags() {
 
 Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture family) {
   std::vector<std::string> stops;
-  KUIPER_ASSIGN_OR_RETURN(std::vector<std::string> args, rewrite_args(argc, argv, &stops));
+  std::vector<std::string> images;
+  KUIPER_ASSIGN_OR_RETURN(std::vector<std::string> args,
+                          rewrite_args(argc, argv, &stops, &images));
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) arg_ptrs.push_back(a.data());
   int parsed_argc = static_cast<int>(arg_ptrs.size());
@@ -152,9 +166,18 @@ Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture fam
   o.interactive = FLAGS_interactive;
   o.stream = FLAGS_stream;
   o.stats = FLAGS_stats;
+  o.images = images;
   o.no_think = FLAGS_no_think;
-  if (o.no_think && family != Architecture::kQwen3) {
+  if (o.no_think && family != Architecture::kQwen3 && family != Architecture::kQwen3VL) {
     return Status::Error("--no-think: only Qwen3 models have a thinking mode");
+  }
+  if (!o.images.empty() && family != Architecture::kQwen3VL) {
+    return Status::Error(std::string("--image: ") + architecture_name(family) +
+                         " models take no images (qwen3_vl_infer runs vision-language models)");
+  }
+  if (!o.images.empty() && !o.prompts_file.empty()) {
+    return Status::Error("--image goes with --prompt or -i; in a prompts file give \"images\" "
+                         "per line");
   }
   if (o.interactive && !o.prompts_file.empty()) {
     return Status::Error("--prompts-file and -i/--interactive cannot be used together");

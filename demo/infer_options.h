@@ -19,6 +19,7 @@ struct InferOptions {
   bool seed_given = false;  // false: a fresh random seed was drawn
   bool no_think = false;
   std::string prompt;
+  std::vector<std::string> images;  // --image, in order: shown with the first message
   std::string system;
   std::string prompts_file;
   std::string output_path;
@@ -28,8 +29,8 @@ struct InferOptions {
 };
 
 // Parses argv (gflags, after the rewriting gflags cannot do itself: `-i`, dashes in flag
-// names, repeated --stop) and checks the values for a program serving `family`. `argv[0]` is
-// the program name.
+// names, repeated --stop and --image) and checks the values for a program serving `family`.
+// `argv[0]` is the program name.
 Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture family);
 
 }  // namespace kuiper::demo

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "kuiper/runtime/vision_input.h"
+
 namespace kuiper::demo {
 
 namespace {
@@ -34,7 +36,54 @@ Status check_messages(const Json& messages) {
       return Status::Error("messages[" + std::to_string(i) +
                            "] must be an object with string \"role\" and \"content\"");
     }
+    if (m.contains("images") && m["role"] != "user") {
+      return Status::Error("messages[" + std::to_string(i) +
+                           "]: only user messages hold \"images\"");
+    }
   }
+  return Status::Ok();
+}
+
+// An "images" value: a non-empty list of non-empty path strings.
+Result<std::vector<std::string>> image_paths(const Json& value, const std::string& where) {
+  if (!value.is_array() || value.empty()) {
+    return Status::Error(where + " must be a non-empty list of image paths");
+  }
+  std::vector<std::string> paths;
+  for (const Json& path : value) {
+    if (!path.is_string() || path.get_ref<const std::string&>().empty()) {
+      return Status::Error(where + " must be a non-empty list of image paths");
+    }
+    paths.push_back(path.get<std::string>());
+  }
+  return paths;
+}
+
+// Moves the images of `messages` (each user message's own "images", and `last_user_images`
+// for the last user message) into the message texts as placeholders and `request->images`.
+Status place_images(Json messages, const std::vector<std::string>& last_user_images,
+                    BatchRequest* request) {
+  size_t last_user = messages.size();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["role"] == "user") last_user = i;
+  }
+  if (!last_user_images.empty() && last_user == messages.size()) {
+    return Status::Error("\"images\" needs a user message in \"messages\"");
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    Json& m = messages[i];
+    std::vector<std::string> paths;
+    if (m.contains("images")) {
+      KUIPER_ASSIGN_OR_RETURN(paths, image_paths(m["images"], "messages[" + std::to_string(i) +
+                                                                  "].images"));
+      m.erase("images");
+    }
+    if (i == last_user) paths.insert(paths.end(), last_user_images.begin(), last_user_images.end());
+    if (paths.empty()) continue;
+    m["content"] = with_image_placeholders(m["content"].get<std::string>(), paths.size());
+    request->images.insert(request->images.end(), paths.begin(), paths.end());
+  }
+  request->messages = std::move(messages);
   return Status::Ok();
 }
 
@@ -99,16 +148,17 @@ Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
     return Status::Error("not valid JSON: " + (cut == std::string::npos ? what : what.substr(cut + 2)));
   }
   if (!j.is_object()) return Status::Error("expected a JSON object");
-  static const char* const kFields[] = {"id", "prompt", "messages", "system", "temperature",
-                                        "top_k", "top_p", "min_p", "repeat_penalty",
-                                        "repeat_last_n", "seed", "max_tokens", "stop"};
+  static const char* const kFields[] = {"id", "prompt", "messages", "system", "images",
+                                        "temperature", "top_k", "top_p", "min_p",
+                                        "repeat_penalty", "repeat_last_n", "seed", "max_tokens",
+                                        "stop"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* f : kFields) known = known || key == f;
     if (!known) {
       return Status::Error("unknown field \"" + key + "\" (accepted: id, prompt, messages, system, "
-                           "temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, "
-                           "seed, max_tokens, stop)");
+                           "images, temperature, top_k, top_p, min_p, repeat_penalty, "
+                           "repeat_last_n, seed, max_tokens, stop)");
     }
   }
   BatchRequest request;
@@ -116,6 +166,10 @@ Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
   const bool has_prompt = j.contains("prompt");
   if (has_prompt == j.contains("messages")) {
     return Status::Error("give exactly one of \"prompt\" and \"messages\"");
+  }
+  std::vector<std::string> images;
+  if (j.contains("images")) {
+    KUIPER_ASSIGN_OR_RETURN(images, image_paths(j["images"], "\"images\""));
   }
   if (has_prompt) {
     if (!j["prompt"].is_string() || j["prompt"].get_ref<const std::string&>().empty()) {
@@ -127,14 +181,17 @@ Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
       line_system = j["system"].get<std::string>();
     }
     request.echo = {{"prompt", j["prompt"]}};
-    request.messages = user_messages(line_system, j["prompt"].get<std::string>());
+    if (!images.empty()) request.echo["images"] = j["images"];
+    KUIPER_RETURN_IF_ERROR(
+        place_images(user_messages(line_system, j["prompt"].get<std::string>()), images, &request));
   } else {
     if (j.contains("system")) {
       return Status::Error("\"system\" goes with \"prompt\"; put it in \"messages\" instead");
     }
     KUIPER_RETURN_IF_ERROR(check_messages(j["messages"]));
     request.echo = {{"messages", j["messages"]}};
-    request.messages = j["messages"];
+    if (!images.empty()) request.echo["images"] = j["images"];
+    KUIPER_RETURN_IF_ERROR(place_images(j["messages"], images, &request));
   }
   request.generation = defaults;
   KUIPER_RETURN_IF_ERROR(read_overrides(j, &request.generation));

@@ -3,6 +3,11 @@
 // an optional "id", and optional sampling fields overriding the command line: temperature,
 // top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, max_tokens, stop (a string or a
 // list). Blank lines are skipped. A bad line is an error of that line only.
+//
+// Images (vision-language models): "images": ["a.png", ...] goes with "prompt", or with
+// "messages" to their last user message; a user message in "messages" may also hold its own
+// "images" list. Each message shows its images before its text. Paths are read as given
+// (relative to the current directory).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,8 @@ namespace kuiper::demo {
 struct BatchRequest {
   nlohmann::ordered_json id;        // the line's "id", else its line number
   nlohmann::ordered_json echo;      // {"prompt": ...} or {"messages": [...]}, for the result
-  nlohmann::ordered_json messages;  // the conversation to render
+  nlohmann::ordered_json messages;  // the conversation to render, image placeholders included
+  std::vector<std::string> images;  // the image files, in the order of their placeholders
   GenerationOptions generation;
 };
 

@@ -34,6 +34,15 @@ constexpr const char* kHelp =
     "removes it\n"
     "  /help         this text\n"
     "  /quit         leave (also /exit)\n";
+constexpr const char* kImageHelp =
+    "  /image PATH   show an image (PNG or JPEG) with your next message; repeat for several,\n"
+    "                /image alone drops them\n";
+
+std::string trim(const std::string& s) {
+  const size_t begin = s.find_first_not_of(" \t");
+  if (begin == std::string::npos) return "";
+  return s.substr(begin, s.find_last_not_of(" \t") + 1 - begin);
+}
 
 // One message from the user, which may span several lines; nullopt at the end of input.
 std::optional<std::string> read_message(LineEditor& editor) {
@@ -80,16 +89,20 @@ std::optional<std::string> read_message(LineEditor& editor) {
 
 }  // namespace
 
-int run_repl(ChatSession& session, const InferOptions& options, const char* program) {
+int run_repl(ChatSession& session, const InferOptions& options, const ImageInput* vision,
+             std::vector<PromptImage> images, const char* program) {
   install_sigint_handler();
   LineEditor editor(program, &g_interrupted);
   std::fprintf(stderr, "%s: chatting; /help for commands, Ctrl-D to quit\n", program);
   std::optional<GenerationStats> last_stats;
 
+  // The images of the next message: kept until a message is answered, so a failed turn can be
+  // sent again with them.
+  std::vector<PromptImage> pending = std::move(images);
   auto reply = [&](const std::string& text) {
     g_interrupted.store(false);
     Result<Generation> result = session.send(
-        text, options.generation,
+        text, pixels_of(pending), options.generation,
         [](const std::string& piece) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
@@ -100,6 +113,7 @@ int run_repl(ChatSession& session, const InferOptions& options, const char* prog
       std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
       return;
     }
+    pending.clear();
     std::fputc('\n', stdout);
     std::fflush(stdout);
     last_stats = result->stats;
@@ -117,9 +131,29 @@ int run_repl(ChatSession& session, const InferOptions& options, const char* prog
     if (m == "/quit" || m == "/exit") break;
     if (m == "/help") {
       std::fputs(kHelp, stderr);
+      if (vision != nullptr) std::fputs(kImageHelp, stderr);
     } else if (m == "/clear") {
       session.clear();
-      std::fprintf(stderr, "[new conversation]\n");
+      std::fprintf(stderr, "[new conversation%s]\n",
+                   pending.empty() ? "" : "; the attached images are dropped");
+      pending.clear();
+    } else if (m == "/image" || m.rfind("/image ", 0) == 0) {
+      const std::string path = trim(m.substr(6));
+      if (vision == nullptr) {
+        std::fprintf(stderr, "error: this model takes no images\n");
+      } else if (path.empty()) {
+        std::fputs(pending.empty() ? "usage: /image PATH\n" : "[the attached images are dropped]\n",
+                   stderr);
+        pending.clear();
+      } else if (Result<PromptImage> image = vision->load(path); !image.ok()) {
+        std::fprintf(stderr, "error: %s\n", image.status().message().c_str());
+      } else {
+        const int64_t tokens = vision->tokens(*image);
+        pending.push_back(std::move(image).value());
+        std::fprintf(stderr, "[%s: %lld image tokens; %zu image%s go%s with your next message]\n",
+                     path.c_str(), static_cast<long long>(tokens), pending.size(),
+                     pending.size() == 1 ? "" : "s", pending.size() == 1 ? "es" : "");
+      }
     } else if (m == "/stats") {
       std::fprintf(stderr, "%s\n", last_stats ? last_stats->summary().c_str() : "no reply yet");
     } else if (m == "/system" || m.rfind("/system ", 0) == 0) {

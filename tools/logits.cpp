@@ -1,5 +1,7 @@
 // kuiper-logits: runs a prompt of token ids through a model and writes the last position's
-// logits as raw little-endian float32, for comparing against other implementations.
+// logits as raw little-endian float32, for comparing against other implementations. For a
+// vision-language model, --image (repeatable) gives the images whose <|image_pad|> runs the ids
+// hold, one run of the image's merged token count per image, in order.
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,8 @@
 #include <gflags/gflags.h>
 
 #include "kuiper/model/model.h"
+#include "kuiper/model/qwen3_vl_model.h"
+#include "kuiper/runtime/vision_input.h"
 
 DEFINE_string(model, "", "Kuiper model file (.bin)");
 DEFINE_string(tokens, "", "comma-separated token ids, e.g. 151644,872,198");
@@ -16,7 +20,12 @@ DEFINE_string(device, "cpu", "cpu or cuda");
 DEFINE_string(attention, "flash2", "mha, flash1 or flash2");
 DEFINE_string(dtype, "", "activation dtype: fp32 or fp16 (default: fp32 on cpu, fp16 on cuda)");
 DEFINE_string(out, "", "file for the logits (raw float32, vocab_size values)");
-DEFINE_bool(decode, false, "feed the tokens one at a time through the decode path");
+DEFINE_bool(decode, false,
+            "feed the tokens one at a time through the decode path (with --image: those after "
+            "the last image)");
+DEFINE_string(image, "",
+              "vision-language models: an image file (PNG or JPEG) for the next run of image pad "
+              "tokens in --tokens; repeat the flag for several");
 
 namespace {
 
@@ -41,7 +50,54 @@ Result<std::vector<int32_t>> parse_tokens(const std::string& text) {
   return ids;
 }
 
-Status run() {
+// gflags keeps only the last value of a repeated flag: takes every --image out of argv first.
+Result<std::vector<std::string>> take_images(int* argc, char** argv) {
+  std::vector<std::string> images;
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      while (i < *argc) argv[kept++] = argv[i++];
+      break;
+    }
+    const bool eq = arg.rfind("--image=", 0) == 0 || arg.rfind("-image=", 0) == 0;
+    if (eq || arg == "--image" || arg == "-image") {
+      if (!eq && i + 1 >= *argc) return Status::Error("--image needs a file");
+      const std::string path = eq ? arg.substr(arg.find('=') + 1) : std::string(argv[++i]);
+      if (path.empty()) return Status::Error("--image needs a file");
+      images.push_back(path);
+      continue;
+    }
+    argv[kept++] = argv[i];
+  }
+  *argc = kept;
+  return images;
+}
+
+// The images' pixel values, after checking the ids hold their image pads.
+Result<std::vector<kuiper::ProcessedImage>> load_images(const std::vector<std::string>& paths,
+                                                        const std::vector<int32_t>& ids) {
+  KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<kuiper::ModelFile> file,
+                          kuiper::ModelFile::open(FLAGS_model));
+  if (!file->config().vision.has_value()) {
+    if (paths.empty()) return std::vector<kuiper::ProcessedImage>();
+    return Status::Error("--image: " + FLAGS_model + " is a " +
+                         kuiper::architecture_name(file->config().arch) +
+                         " model: it takes no images");
+  }
+  KUIPER_ASSIGN_OR_RETURN(kuiper::ImageInput input, kuiper::ImageInput::from_model_file(*file));
+  std::vector<kuiper::ProcessedImage> images;
+  for (const std::string& path : paths) {
+    KUIPER_ASSIGN_OR_RETURN(kuiper::PromptImage image, input.load(path));
+    images.push_back(std::move(image.pixels));
+  }
+  const kuiper::Status pads = kuiper::check_image_pads(
+      ids, input.image_pad_id(), kuiper::image_tokens(file->config(), images));
+  if (!pads.ok()) return pads.With("--tokens");
+  return images;
+}
+
+Status run(const std::vector<std::string>& image_paths) {
   if (FLAGS_model.empty()) return Status::Error("--model is required");
   if (FLAGS_out.empty()) return Status::Error("--out is required");
   KUIPER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parse_tokens(FLAGS_tokens));
@@ -59,16 +115,29 @@ Status run() {
   if (!act.ok()) return act.status().With("--dtype");
   options.activation = *act;
   options.max_context = static_cast<int64_t>(ids.size());
+  KUIPER_ASSIGN_OR_RETURN(std::vector<kuiper::ProcessedImage> images,
+                          load_images(image_paths, ids));
 
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<kuiper::Model> model,
                           kuiper::Model::load(FLAGS_model, options));
   kuiper::Tensor logits;
-  if (FLAGS_decode) {
-    for (size_t i = 0; i < ids.size(); ++i) {
-      KUIPER_ASSIGN_OR_RETURN(logits, model->forward({ids[i]}, static_cast<int64_t>(i), false));
-    }
-  } else {
+  size_t prefilled = 0;  // tokens run in one prefill before the decode steps
+  if (!images.empty()) {
+    auto* vl = dynamic_cast<kuiper::Qwen3VLModel*>(model.get());
+    if (vl == nullptr) return Status::Error("--image: " + FLAGS_model + " takes no images");
+    // Everything through the last image runs as one prefill, which the images need.
+    const auto runs =
+        kuiper::image_pad_runs(ids, static_cast<int32_t>(model->config().image_token_id));
+    prefilled = FLAGS_decode ? runs.back().second : ids.size();
+    const std::vector<int32_t> head(ids.begin(),
+                                    ids.begin() + static_cast<std::ptrdiff_t>(prefilled));
+    KUIPER_ASSIGN_OR_RETURN(logits, vl->forward_with_images(head, 0, images, false));
+  } else if (!FLAGS_decode) {
+    prefilled = ids.size();
     KUIPER_ASSIGN_OR_RETURN(logits, model->forward(ids, 0, false));
+  }
+  for (size_t i = prefilled; i < ids.size(); ++i) {
+    KUIPER_ASSIGN_OR_RETURN(logits, model->forward({ids[i]}, static_cast<int64_t>(i), false));
   }
   KUIPER_ASSIGN_OR_RETURN(kuiper::Tensor host, logits.to(kuiper::DeviceType::kCpu));
 
@@ -91,9 +160,13 @@ Status run() {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "kuiper-logits --model M.bin --tokens 1,2,3 --out logits.f32 [--device cpu|cuda] "
-      "[--attention mha|flash1|flash2] [--decode]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  Status status = run();
+      "[--attention mha|flash1|flash2] [--decode] [--image a.png ...]");
+  Result<std::vector<std::string>> images = take_images(&argc, argv);
+  Status status = images.ok() ? Status::Ok() : images.status();
+  if (status.ok()) {
+    gflags::ParseCommandLineFlags(&argc, &argv, true);
+    status = run(*images);
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "kuiper-logits: %s\n", status.message().c_str());
     return 1;

@@ -33,6 +33,11 @@ class ChatSession {
   Result<Generation> send(const std::string& user_text, const GenerationOptions& options,
                           const TextCallback& on_text = nullptr,
                           const std::atomic<bool>* interrupt = nullptr);
+  // The same with images (vision-language models), shown before the text as Qwen3-VL's chat
+  // template places them. They stay in the conversation for the later turns.
+  Result<Generation> send(const std::string& user_text, const std::vector<ProcessedImage>& images,
+                          const GenerationOptions& options, const TextCallback& on_text = nullptr,
+                          const std::atomic<bool>* interrupt = nullptr);
 
   // Forgets the conversation (the system prompt stays). The KV cache is kept: it is still
   // valid for whatever prefix the next conversation shares.
@@ -42,6 +47,8 @@ class ChatSession {
   const std::string& system() const { return system_; }
 
   const nlohmann::ordered_json& messages() const { return messages_; }
+  // Every image of the conversation, in the order of their placeholders.
+  const std::vector<ProcessedImage>& images() const { return images_; }
   const Generator& generator() const { return generator_; }
   size_t turns() const { return messages_.size() / 2; }
 
@@ -51,6 +58,7 @@ class ChatSession {
   ChatOptions options_;
   std::string system_;
   nlohmann::ordered_json messages_ = nlohmann::ordered_json::array();  // user and assistant, alternating
+  std::vector<ProcessedImage> images_;
 };
 
 }  // namespace kuiper

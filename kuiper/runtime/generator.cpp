@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kuiper/model/qwen3_vl_model.h"
 #include "kuiper/runtime/stop_strings.h"
+#include "kuiper/runtime/vision_input.h"
 
 namespace kuiper {
 
@@ -20,6 +22,18 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   size_t i = 0;
   while (i < n && a[i] == b[i]) ++i;
   return i;
+}
+
+// FNV-1a 64 of an image's grid and pixel values: tells the image a run of cached pads holds.
+uint64_t fingerprint(const ProcessedImage& image) {
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](const void* data, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  mix(image.grid.data(), sizeof(image.grid));
+  mix(image.pixel_values.data(), image.pixel_values.size() * sizeof(float));
+  return h;
 }
 
 }  // namespace
@@ -43,15 +57,26 @@ Generator::Generator(Model& model, Tokenizer tokenizer)
   }
 }
 
-Result<Tensor> Generator::forward(const std::vector<int32_t>& ids) {
+Result<Tensor> Generator::forward(const std::vector<int32_t>& ids,
+                                  const std::vector<ProcessedImage>& images) {
   const int64_t start = static_cast<int64_t>(cached_.size());
-  Result<Tensor> logits = model_.forward(ids, start, false);
+  Result<Tensor> logits = Status::Error("no model");
+  if (images.empty()) {
+    logits = model_.forward(ids, start, false);
+  } else if (auto* vl = dynamic_cast<Qwen3VLModel*>(&model_)) {
+    logits = vl->forward_with_images(ids, start, images, false);
+  } else {
+    logits = Status::Error(std::string("a ") + architecture_name(model_.config().arch) +
+                           " model takes no images");
+  }
   if (!logits.ok()) {
     // The cache may hold part of this call; forgetting all of it is always safe.
     cached_.clear();
+    cached_images_.clear();
     return logits.status();
   }
   cached_.insert(cached_.end(), ids.begin(), ids.end());
+  for (const ProcessedImage& image : images) cached_images_.push_back(fingerprint(image));
   return logits;
 }
 
@@ -59,8 +84,26 @@ Result<Generation> Generator::generate(const std::vector<int32_t>& prompt,
                                        const GenerationOptions& options,
                                        const TextCallback& on_text,
                                        const std::atomic<bool>* interrupt) {
+  return generate_with_images(prompt, {}, options, on_text, interrupt);
+}
+
+Result<Generation> Generator::generate_with_images(const std::vector<int32_t>& prompt,
+                                                   const std::vector<ProcessedImage>& images,
+                                                   const GenerationOptions& options,
+                                                   const TextCallback& on_text,
+                                                   const std::atomic<bool>* interrupt) {
   const Clock::time_point t_start = Clock::now();
   if (prompt.empty()) return Status::Error("the prompt is empty");
+  const ModelConfig& config = model_.config();
+  const bool vision = dynamic_cast<Qwen3VLModel*>(&model_) != nullptr && config.vision.has_value();
+  if (!vision && !images.empty()) {
+    return Status::Error(std::string("a ") + architecture_name(config.arch) +
+                         " model takes no images");
+  }
+  const int32_t image_pad = static_cast<int32_t>(config.image_token_id);
+  if (vision) {
+    KUIPER_RETURN_IF_ERROR(check_image_pads(prompt, image_pad, image_tokens(config, images)));
+  }
   const int64_t context = max_context();
   if (static_cast<int64_t>(prompt.size()) > context) {
     return Status::Error("the prompt is " + std::to_string(prompt.size()) +
@@ -74,17 +117,33 @@ Result<Generation> Generator::generate(const std::vector<int32_t>& prompt,
   KUIPER_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(options.sampling));
 
   // Reuse the cached prefix, but always run the last prompt token: its logits are needed.
-  const size_t reused = std::min(common_prefix(cached_, prompt), prompt.size() - 1);
+  size_t reused = std::min(common_prefix(cached_, prompt), prompt.size() - 1);
+  // Equal ids do not mean equal images: a run of pads is reused only when the cache holds the
+  // same image there, and never in part (an image runs whole, with its <|vision_start|>).
+  size_t kept_images = 0;
+  if (vision) {
+    for (const auto& [first, end] : image_pad_runs(prompt, image_pad)) {
+      if (end > reused || kept_images >= cached_images_.size() ||
+          cached_images_[kept_images] != fingerprint(images[kept_images])) {
+        reused = std::min(reused, first > 0 ? first - 1 : 0);
+        break;
+      }
+      ++kept_images;
+    }
+  }
   cached_.resize(reused);
+  cached_images_.resize(kept_images);
   const std::vector<int32_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(reused),
                                    prompt.end());
+  const std::vector<ProcessedImage> fresh_images(
+      images.begin() + static_cast<std::ptrdiff_t>(kept_images), images.end());
 
   Generation out;
   GenerationStats& stats = out.stats;
   stats.prompt_tokens = static_cast<int64_t>(prompt.size());
   stats.prefilled_tokens = static_cast<int64_t>(fresh.size());
   const Clock::time_point t_prefill = Clock::now();
-  KUIPER_ASSIGN_OR_RETURN(Tensor logits, forward(fresh));
+  KUIPER_ASSIGN_OR_RETURN(Tensor logits, forward(fresh, fresh_images));
   stats.prefill_seconds = seconds_between(t_prefill, Clock::now());
 
   std::vector<int32_t> history = prompt;

@@ -17,6 +17,7 @@
 #include "kuiper/runtime/sampler.h"
 #include "kuiper/runtime/stats.h"
 #include "kuiper/tokenizer/tokenizer.h"
+#include "kuiper/vision/image.h"
 
 namespace kuiper {
 
@@ -61,6 +62,14 @@ class Generator {
   Result<Generation> generate(const std::vector<int32_t>& prompt, const GenerationOptions& options,
                               const TextCallback& on_text = nullptr,
                               const std::atomic<bool>* interrupt = nullptr);
+  // The same for a vision-language model's prompt holding images: per image, in order, a run
+  // of merged_tokens <|image_pad|> ids (expand_image_pads) and its pixel values in `images`.
+  // A text-only model refuses images; a pad count that does not match is an error.
+  Result<Generation> generate_with_images(const std::vector<int32_t>& prompt,
+                                          const std::vector<ProcessedImage>& images,
+                                          const GenerationOptions& options,
+                                          const TextCallback& on_text = nullptr,
+                                          const std::atomic<bool>* interrupt = nullptr);
 
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const Model& model() const { return model_; }
@@ -71,13 +80,17 @@ class Generator {
 
  private:
   // Runs `ids` at the end of the cache and returns the last position's logits, on the model's
-  // device: the sampler runs there, so a GPU step copies back only the chosen token.
-  Result<Tensor> forward(const std::vector<int32_t>& ids);
+  // device: the sampler runs there, so a GPU step copies back only the chosen token. With
+  // images (their pads in `ids`) it takes the vision-language model's image path.
+  Result<Tensor> forward(const std::vector<int32_t>& ids,
+                         const std::vector<ProcessedImage>& images = {});
 
   Model& model_;
   Tokenizer tokenizer_;
   std::unordered_set<int32_t> end_tokens_;
   std::vector<int32_t> cached_;
+  // Fingerprints of the images whose pad runs are in cached_, in order.
+  std::vector<uint64_t> cached_images_;
 };
 
 }  // namespace kuiper
