@@ -8,12 +8,14 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/attention.h"
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
+#include "kuiper/op/kernels/cuda/decode_partition.h"
 
 #ifdef KUIPER_WITH_CUDA
 #include <cuda_runtime.h>
@@ -38,14 +40,15 @@ struct Case {
   int splits = 0;  // decode: AttentionRequest::decode_splits (0: the kernel's choice)
 };
 
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string case_label(const Case& c) {
   return std::string(attention_name(c.kind)) +
          (c.phase == AttentionPhase::kPrefill ? "_prefill_" : "_decode_") + dtype_name(c.dtype) +
          (c.graph_safe ? "_gpupos" : "") + "_d" + std::to_string(c.head_dim) + "_g" +
          std::to_string(c.group) + "_T" + std::to_string(c.T) + "_s" + std::to_string(c.start) +
          (c.splits > 0 ? "_splits" + std::to_string(c.splits) : "");
 }
+
+std::string case_name(const testing::TestParamInfo<Case>& info) { return case_label(info.param); }
 
 // Host fp32 tensors whose values are exactly representable in the tested dtype, so the
 // reference sees the numbers the GPU sees.
@@ -224,6 +227,21 @@ std::vector<Case> all_cases() {
           }
         }
       }
+      // flash2 fp16 reads decode_splits as its block count: kv heads x head groups (2 units
+      // for groups up to 16, 4 for 20) spread over 3 or 5 blocks cross unit boundaries, over 2
+      // or 4 end exactly on them; kv lengths 1 and 2 leave one block for every unit.
+      if (kind == AttentionKind::kFlash2) {
+        for (int group : {4, 8, 16, 20}) {
+          for (int splits : {2, 3, 4, 5, 132}) {
+            for (int kv : {1, 2, 3, 64, 129, 1001}) {
+              for (bool graph_safe : {false, true}) {
+                cases.push_back({kind, AttentionPhase::kDecode, dtype, graph_safe, 128, group, 1,
+                                 kv - 1, splits});
+              }
+            }
+          }
+        }
+      }
       for (int group : {16, 20}) {
         for (int splits : {0, 3}) {
           cases.push_back({kind, AttentionPhase::kDecode, dtype, true, 128, group, 1, 2999, splits});
@@ -232,10 +250,74 @@ std::vector<Case> all_cases() {
       }
     }
   }
-  return cases;
+  // The groups above overlap (e.g. flash2 fp16 group 4 at 2 or 3 blocks): each case once.
+  std::vector<Case> unique;
+  std::set<std::string> seen;
+  for (const Case& c : cases) {
+    if (seen.insert(case_label(c)).second) unique.push_back(c);
+  }
+  return unique;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaAttention, testing::ValuesIn(all_cases()), case_name);
+
+// The fp16 flash2 decode's balanced partition (host arithmetic, no GPU): the blocks tile the
+// flattened (unit, key) work exactly, in equal shares to within one key, and decode_block_of
+// names the blocks that touch each unit (the partials its combine merges); a grid that is a
+// multiple of the units keeps every block inside one. Covers ranges that cross unit
+// boundaries, end exactly on one, and units of 1 or 2 keys.
+TEST(AttentionDecodePartition, TilesTheWorkEvenly) {
+  using namespace cuda_attention;
+  bool crossed = false, ended_on_boundary = false;
+  for (int units : {1, 2, 3, 4, 8, 16}) {
+    for (int len : {1, 2, 3, 63, 64, 65, 127, 1000, 4096, 4097, 32768}) {
+      for (int grid : {1, 2, 3, 5, 7, 128, 132, 512}) {
+        SCOPED_TRACE(std::to_string(units) + " units, len " + std::to_string(len) + ", grid " +
+                     std::to_string(grid));
+        const int64_t work = static_cast<int64_t>(units) * len;
+        const int blocks = decode_blocks(work, grid, units);
+        ASSERT_GE(blocks, 1);
+        ASSERT_LE(blocks, grid);
+        const int64_t most = (work + kDecodeMinBlockKeys - 1) / kDecodeMinBlockKeys;
+        if (blocks < grid) {
+          EXPECT_LE(blocks, most);
+          EXPECT_GT(blocks + units, most);  // rounded down by less than one per unit
+          if (most >= units) EXPECT_EQ(blocks % units, 0);
+        }
+        // A grid that is a multiple of the units (the default) never crosses a unit boundary.
+        const bool aligned = grid % units == 0 && blocks % units == 0;
+        ASSERT_EQ(decode_block_begin(work, blocks, 0), 0);
+        ASSERT_EQ(decode_block_begin(work, blocks, blocks), work);
+        std::vector<int> touching_first(units, -1), touching_last(units, -1);
+        for (int b = 0; b < blocks; ++b) {
+          const int64_t lo = decode_block_begin(work, blocks, b);
+          const int64_t hi = decode_block_begin(work, blocks, b + 1);
+          ASSERT_GE(hi - lo, work / blocks);
+          ASSERT_LE(hi - lo, work / blocks + 1);
+          ASSERT_EQ(decode_block_of(work, blocks, lo), b);
+          ASSERT_EQ(decode_block_of(work, blocks, hi - 1), b);
+          for (int u = static_cast<int>(lo / len); u <= (hi - 1) / len; ++u) {
+            if (touching_first[u] < 0) touching_first[u] = b;
+            touching_last[u] = b;
+          }
+          if ((lo / len) != ((hi - 1) / len)) {
+            crossed = true;
+            EXPECT_FALSE(aligned) << "block " << b << " crosses a unit boundary";
+          }
+          if (hi % len == 0 && hi < work && len > 1) ended_on_boundary = true;
+        }
+        for (int u = 0; u < units; ++u) {
+          const int64_t u0 = static_cast<int64_t>(u) * len;
+          EXPECT_EQ(decode_block_of(work, blocks, u0), touching_first[u]);
+          EXPECT_EQ(decode_block_of(work, blocks, u0 + len - 1), touching_last[u]);
+          EXPECT_LE(touching_last[u] - touching_first[u] + 1, blocks);
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(crossed);
+  EXPECT_TRUE(ended_on_boundary);
+}
 
 #ifdef KUIPER_WITH_CUDA
 // A graph-safe decode step captured once and replayed at several positions, as the CUDA-graph
@@ -286,6 +368,121 @@ TEST(CudaAttentionGraph, ReplaysAtAnyPosition) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
+}
+
+// The flash2 fp16 decode graph replayed at short, odd, tile-edge and long positions for GQA
+// groups of 4, 8 and 16 and block counts that cross kv-head boundaries (3, 5) or not (the SM
+// count's default): the partition is recomputed on the device from each position.
+TEST(CudaAttentionGraph, Flash2BalancedPartitionReplays) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int d = 128, max_pos = 2999;
+  const DataType dtype = DataType::kFp16;
+  for (int group : {4, 8, 16}) {
+    for (int blocks : {0, 3, 5}) {
+      SCOPED_TRACE("group " + std::to_string(group) + " blocks " + std::to_string(blocks));
+      AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
+                               DeviceType::kCuda, true, d};
+      request.decode_splits = blocks;
+      auto op = make_attention(request);
+      ASSERT_TRUE(op.ok()) << op.status().message();
+      const Problem& p = problem_for(dtype, d, group, 1, max_pos);
+      AttentionArgs args;
+      args.q = *to_device(p.q, dtype);
+      args.k_cache = *to_device(p.k, dtype);
+      args.v_cache = *to_device(p.v, dtype);
+      args.out = *nan_tensor(p.q.shape(), dtype);
+      args.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+      int32_t* pos_dev = args.device_position.data<int32_t>();
+      cudaStream_t s = cuda::stream();
+      int32_t pos = max_pos;
+      ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+      ASSERT_TRUE((*op)->forward(args).ok());
+      ASSERT_TRUE(sync().ok());
+      cudaGraph_t graph;
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      Status st = (*op)->forward(args);
+      ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+      ASSERT_TRUE(st.ok()) << st.message();
+      cudaGraphExec_t exec;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int32_t at : {0, 1, 2, 62, 63, 64, 128, 777, max_pos, 5}) {
+        SCOPED_TRACE("position " + std::to_string(at));
+        pos = at;
+        ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+        ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+        ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        ASSERT_TRUE(sync().ok());
+        Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
+        cpu::attention(p.q, p.k, p.v, ref, at);
+        expect_close(*to_host_f32(args.out), ref, dtype);
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+  }
+}
+
+// PDL: two flash2 fp16 decodes back to back, the second reading the first's output as its query.
+// The first triggers its dependents at its start, so the second runs early and is correct only
+// if it waits for the first before reading q (an early read sees the NaN poison). Eager and in
+// a graph.
+TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int d = 128, group = 4, at = 4000;
+  const DataType dtype = DataType::kFp16;
+  AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
+                           DeviceType::kCuda, true, d};
+  auto first = make_attention(request);
+  auto second = make_attention(request);
+  ASSERT_TRUE(first.ok() && second.ok());
+  const Problem& p = problem_for(dtype, d, group, 1, at);
+  AttentionArgs a1;
+  a1.q = *to_device(p.q, dtype);
+  a1.k_cache = *to_device(p.k, dtype);
+  a1.v_cache = *to_device(p.v, dtype);
+  a1.out = *nan_tensor(p.q.shape(), dtype);
+  a1.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+  cudaStream_t s = cuda::stream();
+  const int32_t pos = at;
+  ASSERT_EQ(cudaMemcpyAsync(a1.device_position.data<int32_t>(), &pos, 4, cudaMemcpyHostToDevice, s),
+            cudaSuccess);
+  AttentionArgs a2 = a1;
+  a2.q = a1.out;
+  a2.out = *nan_tensor(p.q.shape(), dtype);
+  auto check = [&]() {
+    Tensor q2 = *to_host_f32(a1.out);  // exactly the fp16 values the second kernel read
+    expect_close(q2, p.ref, dtype);
+    Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
+    cpu::attention(q2, p.k, p.v, ref, at);
+    expect_close(*to_host_f32(a2.out), ref, dtype);
+  };
+  auto poison = [&]() {
+    ASSERT_TRUE(a1.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+    ASSERT_TRUE(a2.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+  };
+  for (int run = 0; run < 3; ++run) {  // eager (the first also allocates the scratch)
+    poison();
+    ASSERT_TRUE((*first)->forward(a1).ok());
+    ASSERT_TRUE((*second)->forward(a2).ok());
+    ASSERT_TRUE(sync().ok());
+    check();
+  }
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  Status st1 = (*first)->forward(a1);
+  Status st2 = (*second)->forward(a2);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_TRUE(st1.ok() && st2.ok()) << st1.message() << st2.message();
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int run = 0; run < 3; ++run) {
+    poison();
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_TRUE(sync().ok());
+    check();
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {

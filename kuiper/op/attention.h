@@ -37,7 +37,9 @@ struct AttentionRequest {
   bool graph_safe = false;  // needs a GPU-pos kernel with fixed shared memory
   int64_t head_dim = 0;
   // Split-KV decode (flash2 fp16, flash1): KV splits per kv head. 0 lets the kernel choose from
-  // the SM count; tests and benchmarks set it to exercise or compare other counts.
+  // the SM count; tests and benchmarks set it to exercise or compare other counts. For the flash2
+  // fp16 decode it is the total block count instead (the work of all kv heads is spread over
+  // it; kv heads x head groups times a split count reproduces per-head splits).
   int decode_splits = 0;
 };
 

@@ -9,20 +9,25 @@
 // negligible against the row maximum are flushed to zero.
 //
 // Decode (flash-decoding): one query cannot fill the GPU from a single KV pass, so the context
-// is split over the KV length. fp16 (flash2_decode_tc): one block per (split, kv head, up to 16
-// query heads of its GQA group), the split count chosen on the host from the SM count (one wave
-// of two blocks an SM) and each split's length derived on the device from the position; K/V
-// stream through a cp.async ring, both products run on tensor cores, and the last block of each
-// kv head to finish combines the splits (no second launch). fp32 (flash2_decode_split, SIMT):
-// fixed chunks of kChunk keys, one block per (chunk, kv head, group of <= 8 query heads), then
-// combine_splits. Either way each split writes an unnormalised partial output with its maximum
-// and sum, partial buffers are sized for the whole cache and graph-safe grids for the capacity
-// (splits past the position exit at once), so nothing about a decode step depends on the
+// is split over the KV length. fp16 (flash2_decode_tc): a fixed grid (the largest multiple of
+// the (kv head, group of up to 16 query heads) count that fits the SMs) over which the
+// flattened (unit, key) work is spread evenly on the device from the position
+// (decode_partition.h); a block whose range crosses into the next unit writes a partial for
+// each. K/V stream through a cp.async ring, both products run on tensor cores, and the last
+// block touching a unit to finish combines its partials (no second launch). The kernel is
+// launched with PDL and waits for the kernel before it before reading anything. fp32
+// (flash2_decode_split, SIMT): fixed chunks of kChunk keys, one block per (chunk, kv head,
+// group of <= 8 query heads), then combine_splits. Either way each split writes an
+// unnormalised partial output with its maximum and sum, partial buffers are sized for the
+// whole cache and graph-safe grids for the capacity (blocks past the position's work exit at
+// once), so nothing about a decode step depends on the
 // position except what the kernels read from the device.
 #include <algorithm>
 #include <type_traits>
 
 #include "kuiper/op/kernels/cuda/attention_common.cuh"
+#include "kuiper/op/kernels/cuda/decode_partition.h"
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 
 namespace kuiper::op::cuda_attention {
 namespace {
@@ -496,15 +501,19 @@ struct DecodeTcTraits {
   static constexpr int kKeys = kWarps * 16;
   static constexpr int kStages = 3;
   static constexpr int kStageHalves = 2 * kKeys * D;  // K tile then V tile
-  static constexpr size_t kSharedBytes = sizeof(half) * kStages * kStageHalves;
-  // The warps' merge reuses the ring: kWarps x kHeads rows of D floats, then their m and l.
-  static_assert(sizeof(float) * kWarps * kHeads * (D + 2) <= kSharedBytes, "merge fits");
-  static_assert(sizeof(float) * kHeads * (kMaxDecodeSplits + 1) <= kSharedBytes, "combine fits");
-  // Default split count: one block an SM, one wave. Two fit (the ring is 96 KB), but measured on
-  // the H100 (32 q / 8 kv heads, d 128, fp16) one long split per SM streams as fast or faster
-  // (32768 keys: 56.0 us at 16 splits, 56.4 at 33; 4096 keys: 14.6 vs 17.2 us), and any count
-  // that leaves some SMs with two blocks and others with one is much slower (20 splits: 70 us).
-  static constexpr int kBlocksPerSm = 1;
+  static constexpr size_t kRingBytes = sizeof(half) * kStages * kStageHalves;
+  // After the ring, the merge area: the warps' partials (kWarps x kHeads rows of D floats, then
+  // their m and l), reused by the fused combine for its weights (kHeads x kMaxDecodeSplits).
+  // Separate from the ring so that the next segment's tiles load while a segment is merged.
+  static constexpr size_t kMergeBytes =
+      sizeof(float) * std::max(kWarps * kHeads * (D + 2), kHeads * (kMaxDecodeSplits + 1));
+  static constexpr size_t kSharedBytes = kRingBytes + kMergeBytes;
+  // One block an SM (the ring is 96 KB for D = 128): measured on the H100 (32 q / 8 kv heads,
+  // d 128, fp16), one long range per SM streams as fast or faster than two shorter ones (264
+  // blocks: 23.3 us at 4096 keys, 71.7 at 32768, vs 14.3 and 54.9 for 128), and any grid that
+  // leaves some SMs with two blocks and others with one is much slower (160 blocks: 70 us).
+  // The default grid is the largest multiple of the (kv head, head group) count that fits the
+  // SMs (decode_partition.h says why not all of them).
 };
 
 __device__ __forceinline__ uint32_t load_half2_word(const half* p) {
@@ -516,191 +525,242 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     flash2_decode_tc(const half* __restrict__ q, const half* __restrict__ k,
                      const half* __restrict__ v, float* __restrict__ o_part,
                      float2* __restrict__ ml_part, int* __restrict__ arrivals,
-                     half* __restrict__ out, Geometry g) {
+                     half* __restrict__ out, Geometry g, int head_groups) {
   using Tr = DecodeTcTraits<D>;
   extern __shared__ uint4 shared16[];
   half* ring = reinterpret_cast<half*>(shared16);
+  float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageHalves);
 
-  const int split = blockIdx.x, splits = gridDim.x, kvh = blockIdx.y;
-  const int h0 = blockIdx.z * Tr::kHeads;  // first head of this block within the group
-  const int ng = min(Tr::kHeads, g.group - h0);
+  // Launched with PDL: q and this step's K/V row come from the kernel before (qk_norm_rope_cache),
+  // the position from the step's update, and the partials / counters were last used by the
+  // previous layer's launch; nothing is read before the wait. The next kernel (the o-projection)
+  // may start right away: it only prefetches weights before its own wait.
+  cuda::grid_dependency_wait();
+  cuda::grid_launch_dependents();
+
   const int len = first_position(g) + 1;
-  const int per = split_keys(len, splits, Tr::kKeys);
-  const int kbeg = split * per;
-  if (kbeg >= len) return;  // graph-safe grids are sized for the capacity
-  const int kend = min(len, kbeg + per);
-  const int n_tiles = (kend - kbeg + Tr::kKeys - 1) / Tr::kKeys;
+  const int units = g.kv_heads * head_groups;
+  const int64_t work = static_cast<int64_t>(units) * len;
+  const int blocks = decode_blocks(work, gridDim.x, units);
+  const int b = blockIdx.x;
+  if (b >= blocks) return;  // graph-safe grids are sized for the capacity
+  const int64_t end = decode_block_begin(work, blocks, b + 1);
+  int64_t at = decode_block_begin(work, blocks, b);  // flat key where the current segment starts
 
-  auto load = [&](int tile) {
-    half* kt = ring + (tile % Tr::kStages) * Tr::kStageHalves;
-    const int key0 = kbeg + tile * Tr::kKeys;
-    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, kvh, key0, kend, kt,
-                                                  kt + Tr::kKeys * D);
-  };
-#pragma unroll
-  for (int s = 0; s < Tr::kStages - 1; ++s) {
-    if (s < n_tiles) load(s);
-    cp_async_commit();  // empty groups keep the wait counts uniform
-  }
-
-  // Q as A fragments straight from global memory: row r of the tile is head h0 + r of the group
-  // (zeros past the group); registers [0], [2] hold row lane / 4, [1], [3] row lane / 4 + 8.
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
-  const half* qa = q + static_cast<size_t>(kvh * g.group + h0 + qr) * D + qc;
-  const half* qb = qa + 8 * D;
-  const bool row_a = qr < ng, row_b = qr + 8 < ng;
+
+  // The block's range as segments, one per unit (kv head, head group) it touches.
+  struct Segment {
+    int unit, kvh, h0, ng, kbeg, kend, n_tiles;
+  };
+  auto segment_at = [&](int64_t flat) {
+    Segment s;
+    s.unit = static_cast<int>(flat / len);
+    s.kvh = s.unit / head_groups;
+    s.h0 = (s.unit % head_groups) * Tr::kHeads;
+    s.ng = min(Tr::kHeads, g.group - s.h0);
+    const int64_t unit0 = static_cast<int64_t>(s.unit) * len;
+    s.kbeg = static_cast<int>(flat - unit0);
+    s.kend = static_cast<int>(min(end - unit0, static_cast<int64_t>(len)));
+    s.n_tiles = (s.kend - s.kbeg + Tr::kKeys - 1) / Tr::kKeys;
+    return s;
+  };
+  auto load = [&](const Segment& s, int tile) {
+    half* kt = ring + (tile % Tr::kStages) * Tr::kStageHalves;
+    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, s.kvh,
+                                                  s.kbeg + tile * Tr::kKeys, s.kend, kt,
+                                                  kt + Tr::kKeys * D);
+  };
+  auto prologue = [&](const Segment& s) {
+#pragma unroll
+    for (int t = 0; t < Tr::kStages - 1; ++t) {
+      if (t < s.n_tiles) load(s, t);
+      cp_async_commit();  // empty groups keep the wait counts uniform
+    }
+  };
+  // Q as A fragments straight from global memory: row r of the tile is head h0 + r of the group
+  // (zeros past the group); registers [0], [2] hold row lane / 4, [1], [3] row lane / 4 + 8.
   uint32_t qf[D / 16][4];
+  auto load_q = [&](const Segment& s) {
+    const half* qa = q + static_cast<size_t>(s.kvh * g.group + s.h0 + qr) * D + qc;
+    const half* qb = qa + 8 * D;
+    const bool row_a = qr < s.ng, row_b = qr + 8 < s.ng;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    qf[kk][0] = row_a ? load_half2_word(qa + kk * 16) : 0u;
-    qf[kk][1] = row_b ? load_half2_word(qb + kk * 16) : 0u;
-    qf[kk][2] = row_a ? load_half2_word(qa + kk * 16 + 8) : 0u;
-    qf[kk][3] = row_b ? load_half2_word(qb + kk * 16 + 8) : 0u;
-  }
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qf[kk][0] = row_a ? load_half2_word(qa + kk * 16) : 0u;
+      qf[kk][1] = row_b ? load_half2_word(qb + kk * 16) : 0u;
+      qf[kk][2] = row_a ? load_half2_word(qa + kk * 16 + 8) : 0u;
+      qf[kk][3] = row_b ? load_half2_word(qb + kk * 16 + 8) : 0u;
+    }
+  };
 
-  float o[D / 8][4] = {};
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-  for (int it = 0; it < n_tiles; ++it) {
-    cp_async_wait<Tr::kStages - 2>();  // tile `it` has landed (for this thread's copies)
-    __syncthreads();                   // ... for everyone's, and tile it - 1 is no longer read
-    if (it + Tr::kStages - 1 < n_tiles) load(it + Tr::kStages - 1);
-    cp_async_commit();
+  Segment seg = segment_at(at);
+  prologue(seg);
+  load_q(seg);
 
-    const int key0 = kbeg + it * Tr::kKeys + warp * 16;
-    if (key0 < kend) {  // warp-uniform; key0 itself is valid, so the maxima below are finite
-      const half* kt = ring + (it % Tr::kStages) * Tr::kStageHalves;
-      float s[2][4] = {};
-      mma_qk<D, 16>(s, qf, kt, warp * 16);
-      float mx_a = -INFINITY, mx_b = -INFINITY;
+  for (;;) {
+    float o[D / 8][4] = {};
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+    for (int it = 0; it < seg.n_tiles; ++it) {
+      cp_async_wait<Tr::kStages - 2>();  // tile `it` has landed (for this thread's copies)
+      __syncthreads();                   // ... for everyone's, and tile it - 1 is no longer read
+      if (it + Tr::kStages - 1 < seg.n_tiles) load(seg, it + Tr::kStages - 1);
+      cp_async_commit();
+
+      const int key0 = seg.kbeg + it * Tr::kKeys + warp * 16;
+      if (key0 < seg.kend) {  // warp-uniform; key0 itself is valid, so the maxima are finite
+        const half* kt = ring + (it % Tr::kStages) * Tr::kStageHalves;
+        float s[2][4] = {};
+        mma_qk<D, 16>(s, qf, kt, warp * 16);
+        float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+        for (int j = 0; j < 2; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + j * 8 + qc + (e & 1);
-          s[j][e] = key < kend ? s[j][e] * g.scale_log2 : -INFINITY;
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + j * 8 + qc + (e & 1);
+            s[j][e] = key < seg.kend ? s[j][e] * g.scale_log2 : -INFINITY;
+          }
+          mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
+          mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
         }
-        mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
-        mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
+        const float m_new_a = fmaxf(m_a, group_max<4>(mx_a));
+        const float m_new_b = fmaxf(m_b, group_max<4>(mx_b));
+        const float alpha_a = fast_exp2(m_a - m_new_a), alpha_b = fast_exp2(m_b - m_new_b);
+        m_a = m_new_a;
+        m_b = m_new_b;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          s[j][0] = exp2_ftz(s[j][0] - m_a);
+          s[j][1] = exp2_ftz(s[j][1] - m_a);
+          s[j][2] = exp2_ftz(s[j][2] - m_b);
+          s[j][3] = exp2_ftz(s[j][3] - m_b);
+        }
+        l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
+        l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          o[n][0] *= alpha_a;
+          o[n][1] *= alpha_a;
+          o[n][2] *= alpha_b;
+          o[n][3] *= alpha_b;
+        }
+        mma_pv<D, 16>(o, s, kt + Tr::kKeys * D, warp * 16);
       }
-      const float m_new_a = fmaxf(m_a, group_max<4>(mx_a));
-      const float m_new_b = fmaxf(m_b, group_max<4>(mx_b));
-      const float alpha_a = fast_exp2(m_a - m_new_a), alpha_b = fast_exp2(m_b - m_new_b);
-      m_a = m_new_a;
-      m_b = m_new_b;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is free, and the merge area from the last segment
+
+    // The next segment's first tiles load while this one is merged and written (and combined).
+    const Segment cur = seg;
+    const int64_t next = static_cast<int64_t>(cur.unit + 1) * len;
+    const bool more = next < end;
+    if (more) {
+      seg = segment_at(next);
+      prologue(seg);
+    }
+
+    // Merge the warps through shared memory. A warp that saw no key (a segment shorter than its
+    // offset) has m = -inf and weight 0 below.
+    float* mo = merge;                             // [warp][row][D]
+    float* mm = mo + Tr::kWarps * Tr::kHeads * D;  // [warp][row] maxima
+    float* ml = mm + Tr::kWarps * Tr::kHeads;      // [warp][row] sums
+    l_a = group_sum<4>(l_a);
+    l_b = group_sum<4>(l_b);
+    float* wo = mo + warp * Tr::kHeads * D;
+    if (lane % 4 == 0) {
+      mm[warp * Tr::kHeads + qr] = m_a;
+      mm[warp * Tr::kHeads + qr + 8] = m_b;
+      ml[warp * Tr::kHeads + qr] = l_a;
+      ml[warp * Tr::kHeads + qr + 8] = l_b;
+    }
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        s[j][0] = exp2_ftz(s[j][0] - m_a);
-        s[j][1] = exp2_ftz(s[j][1] - m_a);
-        s[j][2] = exp2_ftz(s[j][2] - m_b);
-        s[j][3] = exp2_ftz(s[j][3] - m_b);
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<float2*>(wo + qr * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
+      *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
+    }
+    if (more) load_q(seg);  // its latency overlaps the merge
+    __syncthreads();
+    // Partials of head h live at slots h * gridDim.x + (block), one per block touching its unit.
+    const int head0 = cur.kvh * g.group + cur.h0;
+    for (int idx = threadIdx.x; idx < cur.ng * D; idx += Tr::kThreads) {
+      const int r = idx / D, d = idx % D;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < Tr::kWarps; ++w) mx = fmaxf(mx, mm[w * Tr::kHeads + r]);
+      float acc = 0.0f, sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < Tr::kWarps; ++w) {
+        const float wt = fast_exp2(mm[w * Tr::kHeads + r] - mx);  // finite mx: warp 0 saw kbeg
+        acc += wt * mo[(w * Tr::kHeads + r) * D + d];
+        sum += wt * ml[w * Tr::kHeads + r];
       }
-      l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
-      l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][0] *= alpha_a;
-        o[n][1] *= alpha_a;
-        o[n][2] *= alpha_b;
-        o[n][3] *= alpha_b;
+      const size_t slot = static_cast<size_t>(head0 + r) * gridDim.x + b;
+      o_part[slot * D + d] = acc;
+      if (d == 0) ml_part[slot] = make_float2(mx, sum);
+    }
+
+    // The combine, fused: the last block touching this unit to finish merges every block's
+    // partial of it (the threadfence-reduction pattern: each thread's partial writes are made
+    // visible device-wide before its block is counted, and the last block reads them through
+    // L2). It also resets the counter, so the next launch (or graph replay) starts from zero.
+    const int64_t unit0 = static_cast<int64_t>(cur.unit) * len;
+    const int first = decode_block_of(work, blocks, unit0);
+    const int used = decode_block_of(work, blocks, unit0 + len - 1) - first + 1;
+    __shared__ int is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int* counter = arrivals + cur.unit;
+      is_last = atomicAdd(counter, 1) == used - 1;
+      if (is_last) *counter = 0;
+    }
+    __syncthreads();
+    if (is_last) {
+      __threadfence();
+      // Per head: the maximum over the partials, then each one's weight 2^(m_c - M) and 1 / sum.
+      float* weight = merge;  // [ng][used], free since the partials were written
+      float* inv_sum = weight + Tr::kHeads * kMaxDecodeSplits;
+      for (int r = warp; r < cur.ng; r += Tr::kWarps) {
+        const float2* ml_h = ml_part + static_cast<size_t>(head0 + r) * gridDim.x + first;
+        float mx = -INFINITY;
+        for (int c = lane; c < used; c += 32) mx = fmaxf(mx, __ldcg(&ml_h[c]).x);
+        mx = group_max<32>(mx);
+        float sum = 0.0f;
+        for (int c = lane; c < used; c += 32) {
+          const float2 x = __ldcg(&ml_h[c]);
+          const float wt = fast_exp2(x.x - mx);
+          weight[r * kMaxDecodeSplits + c] = wt;
+          sum += wt * x.y;
+        }
+        sum = group_sum<32>(sum);
+        if (lane == 0) inv_sum[r] = 1.0f / sum;
       }
-      mma_pv<D, 16>(o, s, kt + Tr::kKeys * D, warp * 16);
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the ring is free: merge the warps through it
-
-  // A warp that saw no key (a split shorter than its offset) has m = -inf and weight 0 below.
-  float* mo = reinterpret_cast<float*>(shared16);           // [warp][row][D]
-  float* mm = mo + Tr::kWarps * Tr::kHeads * D;              // [warp][row] maxima
-  float* ml = mm + Tr::kWarps * Tr::kHeads;                  // [warp][row] sums
-  l_a = group_sum<4>(l_a);
-  l_b = group_sum<4>(l_b);
-  float* wo = mo + warp * Tr::kHeads * D;
-  if (lane % 4 == 0) {
-    mm[warp * Tr::kHeads + qr] = m_a;
-    mm[warp * Tr::kHeads + qr + 8] = m_b;
-    ml[warp * Tr::kHeads + qr] = l_a;
-    ml[warp * Tr::kHeads + qr + 8] = l_b;
-  }
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
-    *reinterpret_cast<float2*>(wo + qr * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
-    *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < ng * D; idx += Tr::kThreads) {
-    const int r = idx / D, d = idx % D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < Tr::kWarps; ++w) mx = fmaxf(mx, mm[w * Tr::kHeads + r]);
-    float acc = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < Tr::kWarps; ++w) {
-      const float wt = fast_exp2(mm[w * Tr::kHeads + r] - mx);  // finite mx: warp 0 saw kbeg
-      acc += wt * mo[(w * Tr::kHeads + r) * D + d];
-      sum += wt * ml[w * Tr::kHeads + r];
-    }
-    const size_t slot = static_cast<size_t>(kvh * g.group + h0 + r) * splits + split;
-    o_part[slot * D + d] = acc;
-    if (d == 0) ml_part[slot] = make_float2(mx, sum);
-  }
-
-  // The combine, fused: the last block of this (kv head, head group) to finish merges every
-  // split's partial (the threadfence-reduction pattern: each thread's partial writes are made
-  // visible device-wide before its block is counted, and the last block reads them through L2).
-  // It also resets the counter, so the next launch (or graph replay) starts from zero.
-  __shared__ int is_last;
-  const int used = (len + per - 1) / per;  // the blocks that get here
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = arrivals + kvh * gridDim.z + blockIdx.z;
-    is_last = atomicAdd(counter, 1) == used - 1;
-    if (is_last) *counter = 0;
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-
-  // Per head: the maximum over splits, then each split's weight 2^(m_c - M) and 1 / sum.
-  float* weight = reinterpret_cast<float*>(shared16);  // [ng][used], free since the merge
-  float* inv_sum = weight + Tr::kHeads * kMaxDecodeSplits;
-  for (int r = warp; r < ng; r += Tr::kWarps) {
-    const float2* ml_h = ml_part + static_cast<size_t>(kvh * g.group + h0 + r) * splits;
-    float mx = -INFINITY;
-    for (int c = lane; c < used; c += 32) mx = fmaxf(mx, __ldcg(&ml_h[c]).x);
-    mx = group_max<32>(mx);
-    float sum = 0.0f;
-    for (int c = lane; c < used; c += 32) {
-      const float2 x = __ldcg(&ml_h[c]);
-      const float wt = fast_exp2(x.x - mx);
-      weight[r * kMaxDecodeSplits + c] = wt;
-      sum += wt * x.y;
-    }
-    sum = group_sum<32>(sum);
-    if (lane == 0) inv_sum[r] = 1.0f / sum;
-  }
-  __syncthreads();
-  // A float4 of one head's output per thread; the loads of 8 splits are issued before their
-  // sums, so the L2 latency is paid once per 8 splits rather than once per split.
-  for (int idx = threadIdx.x; idx < ng * (D / 4); idx += Tr::kThreads) {
-    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
-    const int h = kvh * g.group + h0 + r;
-    const float4* o_h = reinterpret_cast<const float4*>(o_part + static_cast<size_t>(h) * splits * D + d);
-    const float* w = weight + r * kMaxDecodeSplits;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      __syncthreads();
+      // A float4 of one head's output per thread; the loads of 8 partials are issued before
+      // their sums, so the L2 latency is paid once per 8 partials rather than once per partial.
+      for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
+        const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+        const int h = head0 + r;
+        const float4* o_h = reinterpret_cast<const float4*>(
+            o_part + (static_cast<size_t>(h) * gridDim.x + first) * D + d);
+        const float* w = weight + r * kMaxDecodeSplits;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-    for (int c = 0; c < used; ++c) {
-      const float4 x = __ldcg(o_h + c * (D / 4));
-      acc.x += w[c] * x.x;
-      acc.y += w[c] * x.y;
-      acc.z += w[c] * x.z;
-      acc.w += w[c] * x.w;
+        for (int c = 0; c < used; ++c) {
+          const float4 x = __ldcg(o_h + c * (D / 4));
+          acc.x += w[c] * x.x;
+          acc.y += w[c] * x.y;
+          acc.z += w[c] * x.z;
+          acc.w += w[c] * x.w;
+        }
+        const float inv = inv_sum[r];
+        const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+        store_vec<half, 4>(out + static_cast<size_t>(h) * D + d, res);
+      }
     }
-    const float inv = inv_sum[r];
-    const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
-    store_vec<half, 4>(out + static_cast<size_t>(h) * D + d, res);
+    if (!more) break;
+    // The loop's first barrier orders this segment's merge-area reads before the next writes.
   }
 }
 
@@ -753,37 +813,18 @@ class Flash2Attention final : public AttentionOp {
 
   template <typename T, int D>
   Status decode(const AttentionArgs& a, const Geometry& g) {
-    int splits = 0, granularity = 0;
-    dim3 grid;
     if constexpr (std::is_same_v<T, half>) {
-      using Tr = DecodeTcTraits<D>;
-      const int head_groups = (g.group + Tr::kHeads - 1) / Tr::kHeads;
-      granularity = Tr::kKeys;
-      splits = std::min(kMaxDecodeSplits,
-                        decode_split_count(request_, g, head_groups, granularity, Tr::kBlocksPerSm));
-      grid = dim3(splits, g.kv_heads, head_groups);
+      return decode_tc<D>(a, g);
     } else {
       // fp32: one block per kChunk keys of the cache (the SIMT kernel's fixed chunk).
-      granularity = kChunk;
-      splits = (g.max_ctx + kChunk - 1) / kChunk;
+      const int splits = (g.max_ctx + kChunk - 1) / kChunk;
       const int used = request_.graph_safe ? splits : (g.start + kChunk) / kChunk;
-      grid = dim3(used, g.kv_heads, (g.group + kMaxGroupPerBlock - 1) / kMaxGroupPerBlock);
-    }
-    // Partials for every split: fixed per op and cache, so the same buffers serve every step.
-    const size_t slots = static_cast<size_t>(g.heads) * splits;
-    KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
-    KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));
-    float2* ml_part = reinterpret_cast<float2*>(ml);
-    if constexpr (std::is_same_v<T, half>) {
-      using Tr = DecodeTcTraits<D>;
-      KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<D>>(Tr::kSharedBytes)));
-      KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(grid.y * grid.z));
-      flash2_decode_tc<D><<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
-          a.q.data<half>(), a.k_cache.data<half>(), a.v_cache.data<half>(), o_part, ml_part,
-          arrivals, a.out.data<half>(), g);
-      KUIPER_CUDA_CHECK_LAUNCH("flash2_decode_tc");
-      return Status::Ok();  // the kernel combines the splits itself
-    } else {
+      const dim3 grid(used, g.kv_heads, (g.group + kMaxGroupPerBlock - 1) / kMaxGroupPerBlock);
+      // Partials for every split: fixed per op and cache, so the same buffers serve every step.
+      const size_t slots = static_cast<size_t>(g.heads) * splits;
+      KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
+      KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));
+      float2* ml_part = reinterpret_cast<float2*>(ml);
       auto launch = [&](auto kernel) {
         kernel<<<grid, kSplitThreads, 0, cuda::stream()>>>(a.q.data<T>(), a.k_cache.data<T>(),
                                                            a.v_cache.data<T>(), o_part, ml_part,
@@ -794,11 +835,36 @@ class Flash2Attention final : public AttentionOp {
       else if (g.group <= 4) launch(flash2_decode_split<T, D, 4>);
       else launch(flash2_decode_split<T, D, kMaxGroupPerBlock>);
       KUIPER_CUDA_CHECK_LAUNCH("flash2_decode_split");
+      combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
+          o_part, ml_part, a.out.data<T>(), g, splits, kChunk);
+      KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
+      return Status::Ok();
     }
-    combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
-        o_part, ml_part, a.out.data<T>(), g, splits, granularity);
-    KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
-    return Status::Ok();
+  }
+
+  // fp16: one grid of blocks (request.decode_splits when set, else the largest multiple of the
+  // unit count that fits the SMs; at most kMaxDecodeSplits) over which the (kv head, head group, key) work is spread evenly on the
+  // device (decode_partition.h). The grid depends only on the SM count and the context known on
+  // the host (the cache capacity when graph-safe), so a captured launch replays at any position.
+  template <int D>
+  Status decode_tc(const AttentionArgs& a, const Geometry& g) {
+    using Tr = DecodeTcTraits<D>;
+    const int head_groups = (g.group + Tr::kHeads - 1) / Tr::kHeads;
+    const int units = g.kv_heads * head_groups;
+    const int ctx = request_.graph_safe ? g.max_ctx : g.start + 1;
+    int grid = request_.decode_splits;
+    if (grid <= 0) grid = sm_count() >= units ? sm_count() / units * units : sm_count();
+    grid = decode_blocks(static_cast<int64_t>(units) * ctx, std::min(grid, kMaxDecodeSplits), units);
+    const size_t slots = static_cast<size_t>(g.heads) * grid;
+    KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
+    KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));
+    KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<D>>(Tr::kSharedBytes)));
+    KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(units));
+    // PDL: the kernel waits for the previous one before reading anything (see the kernel).
+    return cuda::launch_pdl(flash2_decode_tc<D>, dim3(grid), dim3(Tr::kThreads), Tr::kSharedBytes,
+                            "flash2_decode_tc", a.q.data<half>(), a.k_cache.data<half>(),
+                            a.v_cache.data<half>(), o_part, reinterpret_cast<float2*>(ml),
+                            arrivals, a.out.data<half>(), g, head_groups);
   }
 
   // Zeroed int counters, one per (kv head, head group) of the fused decode; each launch leaves
