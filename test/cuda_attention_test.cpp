@@ -16,6 +16,7 @@
 #include "kuiper/op/attention.h"
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
 #include "kuiper/op/kernels/cuda/decode_partition.h"
+#include "kuiper/op/ops.h"
 
 #ifdef KUIPER_WITH_CUDA
 #include <cuda_runtime.h>
@@ -483,6 +484,162 @@ TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// Runs `launch` eagerly three times, then captured in a graph and replayed three times; before
+// each run `prepare` resets the inputs, after it `check` compares.
+template <typename Prepare, typename Launch, typename Check>
+void eager_then_graph(Prepare prepare, Launch launch, Check check) {
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("eager run " + std::to_string(run));
+    prepare();
+    ASSERT_TRUE(launch().ok());
+    ASSERT_TRUE(sync().ok());
+    check();
+  }
+  cudaStream_t s = cuda::stream();
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Status st = launch();
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.message();
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE("graph replay " + std::to_string(run));
+    prepare();
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_TRUE(sync().ok());
+    check();
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// PDL, as in a decode step: qk_norm_rope_cache (launched with PDL, it lets the attention start
+// right after its own wait) writes the rotated q and the newest K/V row; the flash2 decode,
+// which starts loading its first tiles before its wait, must see both. The newest cache row
+// starts as NaN, so a tile of it read early poisons the output. Positions cover a range too
+// short for early loads (1 block), the newest row inside a block's first tiles and past them.
+TEST(CudaAttentionGraph, Flash2DecodeSeesTheRowWrittenJustBefore) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int d = 128, kvh = 8, heads = 32;
+  const DataType dtype = DataType::kFp16;
+  for (int pos : {40, 1000, 4000, 9000}) {
+    SCOPED_TRACE("position " + std::to_string(pos));
+    const int max_ctx = pos + 3;
+    AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
+                             DeviceType::kCuda, true, d};
+    auto attention = make_attention(request);
+    ASSERT_TRUE(attention.ok());
+    const uint32_t seed = 100 + pos;
+    const Tensor q0 = random_host({1, heads, d}, dtype, -3.0f, 3.0f, seed);
+    const Tensor k0 = random_host({1, kvh, d}, dtype, -1.0f, 1.0f, seed + 1);
+    const Tensor v0 = random_host({1, kvh * d}, dtype, -1.0f, 1.0f, seed + 2);
+    Tensor k_host = random_host({max_ctx, kvh * d}, dtype, -1.0f, 1.0f, seed + 3);
+    Tensor v_host = random_host({max_ctx, kvh * d}, dtype, -1.0f, 1.0f, seed + 4);
+    for (int64_t i = static_cast<int64_t>(pos) * kvh * d; i < k_host.numel(); ++i) {
+      k_host.data<float>()[i] = NAN;  // the newest row (written by the op before) and beyond
+      v_host.data<float>()[i] = NAN;
+    }
+    const Tensor k_poisoned = *to_device(k_host, dtype), v_poisoned = *to_device(v_host, dtype);
+    Tensor q = *to_device(q0, dtype), k = *to_device(k0, dtype), v = *to_device(v0, dtype);
+    Tensor k_cache = *to_device(k_host, dtype), v_cache = *to_device(v_host, dtype);
+    Tensor positions = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+    ASSERT_TRUE(kuiper::copy_bytes(positions.raw(), DeviceType::kCuda, &pos, DeviceType::kCpu, 4).ok());
+    AttentionArgs args;
+    args.q = q;
+    args.k_cache = *k_cache.reshape({max_ctx, kvh, d});
+    args.v_cache = *v_cache.reshape({max_ctx, kvh, d});
+    args.out = *nan_tensor({1, heads, d}, dtype);
+    args.device_position = positions;
+    auto prepare = [&]() {
+      ASSERT_TRUE(q.copy_from(*to_device(q0, dtype)).ok());  // RoPE works in place
+      ASSERT_TRUE(k.copy_from(*to_device(k0, dtype)).ok());
+      ASSERT_TRUE(k_cache.copy_from(k_poisoned).ok());
+      ASSERT_TRUE(v_cache.copy_from(v_poisoned).ok());
+      ASSERT_TRUE(args.out.copy_from(*nan_tensor({1, heads, d}, dtype)).ok());
+    };
+    auto launch = [&]() -> Status {
+      KUIPER_RETURN_IF_ERROR(qk_norm_rope_cache(q, k, v, nullptr, nullptr, 1e-6, positions,
+                                                1e6, k_cache, v_cache));
+      return (*attention)->forward(args);
+    };
+    auto check = [&]() {
+      // The reference reads what the GPU holds after the step: the rotated q and the cache with
+      // the newest row written (checked to be finite, i.e. written).
+      const Tensor qr = *to_host_f32(q);
+      const Tensor kc = *to_host_f32(*k_cache.reshape({max_ctx, kvh, d}));
+      const Tensor vc = *to_host_f32(*v_cache.reshape({max_ctx, kvh, d}));
+      for (int i = 0; i < kvh * d; ++i) {
+        ASSERT_TRUE(std::isfinite(kc.data<float>()[static_cast<int64_t>(pos) * kvh * d + i]));
+        ASSERT_EQ(vc.data<float>()[static_cast<int64_t>(pos) * kvh * d + i], v0.data<float>()[i]);
+      }
+      Tensor ref = *Tensor::empty({1, heads, d}, DataType::kFp32);
+      cpu::attention(qr, kc, vc, ref, pos);
+      expect_close(*to_host_f32(args.out), ref, dtype);
+    };
+    eager_then_graph(prepare, launch, check);
+  }
+}
+
+// PDL with a position that changes under the kernel: the decode before writes its output into
+// the memory the second decode reads its position from. The first's values of V for kv head 0
+// are all one vector whose first two fp16 values have the bits of int32 `pos` (low half first),
+// so head 0's output, dims 0-1, is exactly that position. Before it lands the memory holds the
+// NaN poison (clamped: the last cache row), which a block starting early reads as its guess; the
+// output must be attention at `pos`.
+TEST(CudaAttentionGraph, Flash2DecodeRereadsAPositionWrittenJustBefore) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int d = 128, group = 4, at = 4000, pos = 3000;  // 3000: a normal fp16 (0x0BB8), then +0
+  const DataType dtype = DataType::kFp16;
+  AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
+                           DeviceType::kCuda, true, d};
+  auto first = make_attention(request);
+  auto second = make_attention(request);
+  ASSERT_TRUE(first.ok() && second.ok());
+  const Problem& p = problem_for(dtype, d, group, 1, at);
+  Tensor v1 = *Tensor::empty(p.v.shape(), DataType::kFp32);
+  std::copy(p.v.data<float>(), p.v.data<float>() + p.v.numel(), v1.data<float>());
+  const float low = fp16_to_float(static_cast<uint16_t>(pos & 0xFFFF));
+  const float high = fp16_to_float(static_cast<uint16_t>(pos >> 16));
+  for (int t = 0; t <= at; ++t) {  // kv head 0 of every row in the context
+    float* row = v1.data<float>() + static_cast<int64_t>(t) * kKvHeads * d;
+    row[0] = low;
+    row[1] = high;
+    for (int i = 2; i < d; ++i) row[i] = p.v.data<float>()[i];  // row 0's values
+  }
+  AttentionArgs a1;
+  a1.q = *to_device(p.q, dtype);
+  a1.k_cache = *to_device(p.k, dtype);
+  a1.v_cache = *to_device(v1, dtype);
+  a1.out = *nan_tensor(p.q.shape(), dtype);
+  a1.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+  ASSERT_TRUE(kuiper::copy_bytes(a1.device_position.raw(), DeviceType::kCuda, &at,
+                                 DeviceType::kCpu, 4).ok());
+  AttentionArgs a2;
+  a2.q = a1.q;
+  a2.k_cache = *to_device(p.k, dtype);
+  a2.v_cache = *to_device(p.v, dtype);
+  a2.out = *nan_tensor(p.q.shape(), dtype);
+  a2.device_position = Tensor::view(a1.out.raw(), {1}, DataType::kInt32, DeviceType::kCuda);
+  Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
+  cpu::attention(p.q, p.k, p.v, ref, pos);
+  auto prepare = [&]() {
+    ASSERT_TRUE(a1.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+    ASSERT_TRUE(a2.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+  };
+  auto launch = [&]() -> Status {
+    KUIPER_RETURN_IF_ERROR((*first)->forward(a1));
+    return (*second)->forward(a2);
+  };
+  auto check = [&]() {
+    int32_t written = 0;
+    ASSERT_TRUE(kuiper::copy_bytes(&written, DeviceType::kCpu, a1.out.raw(), DeviceType::kCuda, 4).ok());
+    ASSERT_EQ(written, pos);
+    expect_close(*to_host_f32(a2.out), ref, dtype);
+  };
+  eager_then_graph(prepare, launch, check);
 }
 
 TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {

@@ -15,7 +15,8 @@
 // (decode_partition.h); a block whose range crosses into the next unit writes a partial for
 // each. K/V stream through a cp.async ring, both products run on tensor cores, and the last
 // block touching a unit to finish combines its partials (no second launch). The kernel is
-// launched with PDL and waits for the kernel before it before reading anything. fp32
+// launched with PDL: it starts loading its first tiles before it waits for the kernel before,
+// and keeps them only if the position it reads after the wait is the one it guessed. fp32
 // (flash2_decode_split, SIMT): fixed chunks of kChunk keys, one block per (chunk, kv head,
 // group of <= 8 query heads), then combine_splits. Either way each split writes an
 // unnormalised partial output with its maximum and sum, partial buffers are sized for the
@@ -485,12 +486,14 @@ __global__ void __launch_bounds__(kSplitThreads)
 // ---------------------------------------------------------------------------------------------
 // Decode, fp16 on tensor cores (flash-decoding). One block per (split, kv head, group of up to 16
 // query heads): every query head that shares the kv head is a row of one mma tile, so K and V are
-// read once per GQA group. The split's keys stream through a kDecodeStages-deep cp.async ring of
-// 64-key tiles (one barrier per tile); each warp takes 16 keys of a tile and keeps its own online
-// softmax (S = Q K^T and P V on mma.sync m16n8k16, S kept in registers as P), and at the end the
-// four warps are merged through shared memory into the split's unnormalised partial.
+// read once per GQA group. The split's keys stream through a kStages-deep cp.async ring of 64-key
+// tiles (one barrier per tile), the first tiles requested before the PDL wait; each warp takes 16
+// keys of a tile and keeps its own online softmax (S = Q K^T and P V on mma.sync m16n8k16, S kept
+// in registers as P), and at the end the four warps are merged through shared memory into the
+// split's unnormalised partial. The last block of a unit to arrive combines the partials in one
+// pass.
 
-// Most splits a fused combine handles (its weights live in the freed ring: kHeads x this).
+// Most blocks of a decode grid (each holds a partial slot per head it touches).
 constexpr int kMaxDecodeSplits = 512;
 
 template <int D>
@@ -499,14 +502,15 @@ struct DecodeTcTraits {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kHeads = 16;  // mma rows: query heads per block
   static constexpr int kKeys = kWarps * 16;
+  // Ring depth: measured on the H100 (32 q / 8 kv heads, d 128, graph replay), 3 stages take
+  // 9.3 us at 4096 keys and 50.7 at 32768, 4 stages 9.6 and 49.9, 2 stages are much slower.
   static constexpr int kStages = 3;
   static constexpr int kStageHalves = 2 * kKeys * D;  // K tile then V tile
   static constexpr size_t kRingBytes = sizeof(half) * kStages * kStageHalves;
   // After the ring, the merge area: the warps' partials (kWarps x kHeads rows of D floats, then
-  // their m and l), reused by the fused combine for its weights (kHeads x kMaxDecodeSplits).
-  // Separate from the ring so that the next segment's tiles load while a segment is merged.
-  static constexpr size_t kMergeBytes =
-      sizeof(float) * std::max(kWarps * kHeads * (D + 2), kHeads * (kMaxDecodeSplits + 1));
+  // their m and l). Separate from the ring so that the next segment's tiles load while a segment
+  // is merged.
+  static constexpr size_t kMergeBytes = sizeof(float) * kWarps * kHeads * (D + 2);
   static constexpr size_t kSharedBytes = kRingBytes + kMergeBytes;
   // One block an SM (the ring is 96 KB for D = 128): measured on the H100 (32 q / 8 kv heads,
   // d 128, fp16), one long range per SM streams as fast or faster than two shorter ones (264
@@ -520,6 +524,20 @@ __device__ __forceinline__ uint32_t load_half2_word(const half* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// atomicAdd with acquire-release semantics at GPU scope; returns the old value.
+__device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+// Keys in the cache at this decode step (the position + 1), read past L1: a decode kernel reads
+// it twice, before and after its dependency wait, and the second read must see a new value.
+__device__ __forceinline__ int device_context(const Geometry& g) {
+  if (g.device_position == nullptr) return g.start + 1;
+  return min(max(__ldcg(g.device_position), 0), g.max_ctx - 1) + 1;
+}
+
 template <int D>
 __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     flash2_decode_tc(const half* __restrict__ q, const half* __restrict__ k,
@@ -531,24 +549,21 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   half* ring = reinterpret_cast<half*>(shared16);
   float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageHalves);
 
-  // Launched with PDL: q and this step's K/V row come from the kernel before (qk_norm_rope_cache),
-  // the position from the step's update, and the partials / counters were last used by the
-  // previous layer's launch; nothing is read before the wait. The next kernel (the o-projection)
-  // may start right away: it only prefetches weights before its own wait.
-  cuda::grid_dependency_wait();
-  cuda::grid_launch_dependents();
-
-  const int len = first_position(g) + 1;
-  const int units = g.kv_heads * head_groups;
-  const int64_t work = static_cast<int64_t>(units) * len;
-  const int blocks = decode_blocks(work, gridDim.x, units);
-  const int b = blockIdx.x;
-  if (b >= blocks) return;  // graph-safe grids are sized for the capacity
-  const int64_t end = decode_block_begin(work, blocks, b + 1);
-  int64_t at = decode_block_begin(work, blocks, b);  // flat key where the current segment starts
-
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
+  const int b = blockIdx.x;
+  const int units = g.kv_heads * head_groups;
+
+  // The partition for context `len`: the blocks that hold keys and this block's flat range.
+  int len = 0, blocks = 0;
+  int64_t work = 0, end = 0, at = 0;  // at: flat key where the current segment starts
+  auto partition = [&](int context) {
+    len = context;
+    work = static_cast<int64_t>(units) * len;
+    blocks = decode_blocks(work, gridDim.x, units);
+    at = decode_block_begin(work, blocks, b);
+    end = decode_block_begin(work, blocks, b + 1);
+  };
 
   // The block's range as segments, one per unit (kv head, head group) it touches.
   struct Segment {
@@ -579,6 +594,33 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
       cp_async_commit();  // empty groups keep the wait counts uniform
     }
   };
+
+  // Launched with PDL. Every kernel of a step waits before it lets its dependents start, so when
+  // this block runs, every kernel but the one just before has finished; that one (qk-norm, RoPE
+  // and the cache write) may still be writing q, the newest K/V row (key len - 1) and, for all
+  // this kernel can assume, the position. So before the wait the block reads the position as a
+  // guess and starts loading the first tiles of its range under it, which hides the first
+  // tiles' latency behind the kernel before; after the wait it reads the position again and
+  // keeps those tiles only when the position is unchanged and they do not hold the newest row.
+  // The next kernel (the o-projection) may start right away: it only prefetches weights before
+  // its own wait.
+  const int guess = device_context(g);
+  partition(guess);
+  Segment seg = segment_at(at);
+  const bool early = b < blocks && (seg.kend < len || seg.n_tiles > Tr::kStages - 1);
+  if (early) prologue(seg);
+  cuda::grid_dependency_wait();
+  cuda::grid_launch_dependents();
+
+  const int context = device_context(g);
+  if (!early || context != guess) {
+    cp_async_wait<0>();  // the early copies land before the ring is reused
+    partition(context);
+    if (b >= blocks) return;  // graph-safe grids are sized for the capacity
+    seg = segment_at(at);
+    prologue(seg);
+  }
+
   // Q as A fragments straight from global memory: row r of the tile is head h0 + r of the group
   // (zeros past the group); registers [0], [2] hold row lane / 4, [1], [3] row lane / 4 + 8.
   uint32_t qf[D / 16][4];
@@ -595,8 +637,6 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     }
   };
 
-  Segment seg = segment_at(at);
-  prologue(seg);
   load_q(seg);
 
   for (;;) {
@@ -668,93 +708,90 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     l_a = group_sum<4>(l_a);
     l_b = group_sum<4>(l_b);
     float* wo = mo + warp * Tr::kHeads * D;
+    const bool keep_a = qr < cur.ng, keep_b = qr + 8 < cur.ng;  // rows past the group are zeros
     if (lane % 4 == 0) {
-      mm[warp * Tr::kHeads + qr] = m_a;
-      mm[warp * Tr::kHeads + qr + 8] = m_b;
-      ml[warp * Tr::kHeads + qr] = l_a;
-      ml[warp * Tr::kHeads + qr + 8] = l_b;
+      if (keep_a) mm[warp * Tr::kHeads + qr] = m_a;
+      if (keep_b) mm[warp * Tr::kHeads + qr + 8] = m_b;
+      if (keep_a) ml[warp * Tr::kHeads + qr] = l_a;
+      if (keep_b) ml[warp * Tr::kHeads + qr + 8] = l_b;
     }
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<float2*>(wo + qr * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
-      *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
+      if (keep_a) *reinterpret_cast<float2*>(wo + qr * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
+      if (keep_b) {
+        *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
+      }
     }
     if (more) load_q(seg);  // its latency overlaps the merge
     __syncthreads();
-    // Partials of head h live at slots h * gridDim.x + (block), one per block touching its unit.
+    // Partials of head h live at slots h * gridDim.x + (block), one per block touching its unit;
+    // a thread writes a float4 of one.
     const int head0 = cur.kvh * g.group + cur.h0;
-    for (int idx = threadIdx.x; idx < cur.ng * D; idx += Tr::kThreads) {
-      const int r = idx / D, d = idx % D;
+    for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
+      const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
       float mx = -INFINITY;
 #pragma unroll
       for (int w = 0; w < Tr::kWarps; ++w) mx = fmaxf(mx, mm[w * Tr::kHeads + r]);
-      float acc = 0.0f, sum = 0.0f;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < Tr::kWarps; ++w) {
         const float wt = fast_exp2(mm[w * Tr::kHeads + r] - mx);  // finite mx: warp 0 saw kbeg
-        acc += wt * mo[(w * Tr::kHeads + r) * D + d];
+        const float4 x = *reinterpret_cast<const float4*>(mo + (w * Tr::kHeads + r) * D + d);
+        acc.x += wt * x.x;
+        acc.y += wt * x.y;
+        acc.z += wt * x.z;
+        acc.w += wt * x.w;
         sum += wt * ml[w * Tr::kHeads + r];
       }
       const size_t slot = static_cast<size_t>(head0 + r) * gridDim.x + b;
-      o_part[slot * D + d] = acc;
+      *reinterpret_cast<float4*>(o_part + slot * D + d) = acc;
       if (d == 0) ml_part[slot] = make_float2(mx, sum);
     }
 
     // The combine, fused: the last block touching this unit to finish merges every block's
-    // partial of it (the threadfence-reduction pattern: each thread's partial writes are made
-    // visible device-wide before its block is counted, and the last block reads them through
-    // L2). It also resets the counter, so the next launch (or graph replay) starts from zero.
+    // partial of it. The arrival is one acquire-release atomic by thread 0 after a barrier (the
+    // barrier orders the block's partial writes before the release; the acquire, then the
+    // barrier after it, orders the last block's reads of the others' partials after theirs),
+    // and the partials are read through L2. The last block also resets the counter, so the next
+    // launch (or graph replay) starts from zero.
     const int64_t unit0 = static_cast<int64_t>(cur.unit) * len;
     const int first = decode_block_of(work, blocks, unit0);
     const int used = decode_block_of(work, blocks, unit0 + len - 1) - first + 1;
     __shared__ int is_last;
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
       int* counter = arrivals + cur.unit;
-      is_last = atomicAdd(counter, 1) == used - 1;
+      is_last = atomic_add_acq_rel(counter, 1) == used - 1;
       if (is_last) *counter = 0;
     }
     __syncthreads();
     if (is_last) {
-      __threadfence();
-      // Per head: the maximum over the partials, then each one's weight 2^(m_c - M) and 1 / sum.
-      float* weight = merge;  // [ng][used], free since the partials were written
-      float* inv_sum = weight + Tr::kHeads * kMaxDecodeSplits;
-      for (int r = warp; r < cur.ng; r += Tr::kWarps) {
-        const float2* ml_h = ml_part + static_cast<size_t>(head0 + r) * gridDim.x + first;
-        float mx = -INFINITY;
-        for (int c = lane; c < used; c += 32) mx = fmaxf(mx, __ldcg(&ml_h[c]).x);
-        mx = group_max<32>(mx);
-        float sum = 0.0f;
-        for (int c = lane; c < used; c += 32) {
-          const float2 x = __ldcg(&ml_h[c]);
-          const float wt = fast_exp2(x.x - mx);
-          weight[r * kMaxDecodeSplits + c] = wt;
-          sum += wt * x.y;
-        }
-        sum = group_sum<32>(sum);
-        if (lane == 0) inv_sum[r] = 1.0f / sum;
-      }
-      __syncthreads();
-      // A float4 of one head's output per thread; the loads of 8 partials are issued before
-      // their sums, so the L2 latency is paid once per 8 partials rather than once per partial.
+      // One pass: a thread owns a float4 of one head's output and reads every partial's (m, l)
+      // with its output slice, keeping a running maximum (online softmax over the partials), so
+      // the partials' loads are all in flight at once: one L2 round trip, no barrier.
       for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
         const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
         const int h = head0 + r;
-        const float4* o_h = reinterpret_cast<const float4*>(
-            o_part + (static_cast<size_t>(h) * gridDim.x + first) * D + d);
-        const float* w = weight + r * kMaxDecodeSplits;
+        const size_t slot0 = static_cast<size_t>(h) * gridDim.x + first;
+        const float2* ml_h = ml_part + slot0;
+        const float4* o_h = reinterpret_cast<const float4*>(o_part + slot0 * D + d);
+        float mx = -INFINITY, sum = 0.0f;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
+#pragma unroll 16
         for (int c = 0; c < used; ++c) {
-          const float4 x = __ldcg(o_h + c * (D / 4));
-          acc.x += w[c] * x.x;
-          acc.y += w[c] * x.y;
-          acc.z += w[c] * x.z;
-          acc.w += w[c] * x.w;
+          const float2 x = __ldcg(&ml_h[c]);
+          const float4 y = __ldcg(o_h + c * (D / 4));
+          const float m_new = fmaxf(mx, x.x);  // finite: every partial saw at least one key
+          const float scale = fast_exp2(mx - m_new), wt = fast_exp2(x.x - m_new);
+          mx = m_new;
+          sum = sum * scale + wt * x.y;
+          acc.x = acc.x * scale + wt * y.x;
+          acc.y = acc.y * scale + wt * y.y;
+          acc.z = acc.z * scale + wt * y.z;
+          acc.w = acc.w * scale + wt * y.w;
         }
-        const float inv = inv_sum[r];
+        const float inv = 1.0f / sum;
         const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
         store_vec<half, 4>(out + static_cast<size_t>(h) * D + d, res);
       }
@@ -843,8 +880,8 @@ class Flash2Attention final : public AttentionOp {
   }
 
   // fp16: one grid of blocks (request.decode_splits when set, else the largest multiple of the
-  // unit count that fits the SMs; at most kMaxDecodeSplits) over which the (kv head, head group, key) work is spread evenly on the
-  // device (decode_partition.h). The grid depends only on the SM count and the context known on
+  // unit count that fits the SMs; at most kMaxDecodeSplits) over which the (kv head, head group,
+  // key) work is spread evenly on the device (decode_partition.h). The grid depends only on the SM count and the context known on
   // the host (the cache capacity when graph-safe), so a captured launch replays at any position.
   template <int D>
   Status decode_tc(const AttentionArgs& a, const Geometry& g) {
@@ -858,10 +895,11 @@ class Flash2Attention final : public AttentionOp {
     const size_t slots = static_cast<size_t>(g.heads) * grid;
     KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
     KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));
+    auto kernel = flash2_decode_tc<D>;
     KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<D>>(Tr::kSharedBytes)));
     KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(units));
-    // PDL: the kernel waits for the previous one before reading anything (see the kernel).
-    return cuda::launch_pdl(flash2_decode_tc<D>, dim3(grid), dim3(Tr::kThreads), Tr::kSharedBytes,
+    // PDL: what the kernel may read before its wait is in the kernel.
+    return cuda::launch_pdl(kernel, dim3(grid), dim3(Tr::kThreads), Tr::kSharedBytes,
                             "flash2_decode_tc", a.q.data<half>(), a.k_cache.data<half>(),
                             a.v_cache.data<half>(), o_part, reinterpret_cast<float2*>(ml),
                             arrivals, a.out.data<half>(), g, head_groups);

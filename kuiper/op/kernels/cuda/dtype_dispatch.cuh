@@ -81,9 +81,12 @@ inline unsigned blocks_for(int64_t n, int threads) {
 // Programmatic dependent launch (PDL, sm_90): a kernel launched by launch_pdl may start while the
 // previous kernel on the stream is still running. Before it reads anything that kernel writes
 // (or writes anything it reads) it must call grid_dependency_wait(), which returns once the
-// previous grid has completed and its memory is visible; what comes before the wait may only
-// touch data no earlier kernel of the step writes (weights). grid_launch_dependents() lets the
-// next PDL kernel start early. Both are no-ops when the kernel was launched without PDL.
+// previous grid has completed and its memory is visible. grid_launch_dependents() lets the next
+// PDL kernel start early; every kernel here calls it only after its own wait, so when a kernel
+// starts, every kernel before the one just before it has finished: before its wait a kernel may
+// read what only those wrote (weights, older KV cache rows), and anything the kernel just before
+// may write only after the wait (or as a guess checked after it, as the flash2 decode does with
+// the position). Both are no-ops when the kernel was launched without PDL.
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
