@@ -574,6 +574,117 @@ TEST(VisionImage, JpegDecodes) {
   EXPECT_LE(max_diff, 6);
 }
 
+// EXIF orientation: the files of test/data/exif (scripts/make_exif_fixture.py) come out as
+// transformers' load_image shows them (PIL's ImageOps.exif_transpose, then convert("RGB")):
+// exactly for PNG (eXIf chunk), within the stb / libjpeg decoder difference for JPEG (APP1),
+// whose pixels are also exactly the orientation-1 file's, moved.
+TEST(VisionImage, ExifOrientationAsPil) {
+  const std::string dir = test::test_data_dir() + "/exif/";
+  std::ifstream in(dir + "pil_exif.json");
+  ASSERT_TRUE(in) << dir << "pil_exif.json";
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc["png"].size(), 8u);
+  ASSERT_EQ(doc["jpeg"].size(), 8u);
+  for (const auto& c : doc["png"]) {
+    SCOPED_TRACE(c["file"].get<std::string>());
+    auto image = load_image(dir + c["file"].get<std::string>());
+    ASSERT_RESULT_OK(image);
+    EXPECT_EQ(image->width, c["width"].get<int64_t>());
+    EXPECT_EQ(image->height, c["height"].get<int64_t>());
+    EXPECT_EQ(image->rgb, c["rgb"].get<std::vector<uint8_t>>());
+  }
+  auto upright = load_image(dir + "orientation_1.jpg");
+  ASSERT_RESULT_OK(upright);
+  for (const auto& c : doc["jpeg"]) {
+    SCOPED_TRACE(c["file"].get<std::string>());
+    auto image = load_image(dir + c["file"].get<std::string>());
+    ASSERT_RESULT_OK(image);
+    ASSERT_EQ(image->width, c["width"].get<int64_t>());
+    ASSERT_EQ(image->height, c["height"].get<int64_t>());
+    const std::vector<uint8_t> pil = c["rgb"].get<std::vector<uint8_t>>();
+    ASSERT_EQ(image->rgb.size(), pil.size());
+    int max_diff = 0;
+    for (size_t i = 0; i < pil.size(); ++i) max_diff = std::max(max_diff, std::abs(int(image->rgb[i]) - int(pil[i])));
+    EXPECT_LE(max_diff, 6);
+    EXPECT_EQ(image->rgb, apply_orientation(*upright, c["orientation"].get<int>()).rgb);
+  }
+}
+
+// The orientation tag read from a little-endian TIFF header too (PIL writes big-endian), and
+// malformed or out-of-range tags leave the image as decoded.
+TEST(VisionImage, ExifOrientationByteOrderAndBadTags) {
+  const std::string dir = test::test_data_dir() + "/exif/";
+  const std::vector<uint8_t> plain = read_bytes(dir + "orientation_1.jpg");
+  ASSERT_GT(plain.size(), 2u);
+  // An APP1 "Exif" segment right after SOI: a TIFF header and one IFD entry (tag, type, count,
+  // value), in the given byte order.
+  auto with_exif = [&](bool little, uint16_t tag, uint16_t type, uint32_t count, uint16_t value) {
+    std::vector<uint8_t> tiff;
+    auto put16 = [&](uint32_t v) {
+      if (little) tiff.insert(tiff.end(), {uint8_t(v), uint8_t(v >> 8)});
+      else tiff.insert(tiff.end(), {uint8_t(v >> 8), uint8_t(v)});
+    };
+    auto put32 = [&](uint32_t v) {
+      if (little) { put16(v & 0xFFFF); put16(v >> 16); }
+      else { put16(v >> 16); put16(v & 0xFFFF); }
+    };
+    tiff.insert(tiff.end(), little ? std::initializer_list<uint8_t>{'I', 'I'} : std::initializer_list<uint8_t>{'M', 'M'});
+    put16(42);
+    put32(8);
+    put16(1);
+    put16(tag);
+    put16(type);
+    put32(count);
+    put16(value);
+    put16(0);
+    put32(0);  // no next IFD
+    std::vector<uint8_t> segment = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
+    segment.insert(segment.end(), tiff.begin(), tiff.end());
+    const size_t length = segment.size() - 2;
+    segment[2] = uint8_t(length >> 8);
+    segment[3] = uint8_t(length);
+    std::vector<uint8_t> out(plain.size() + segment.size());
+    std::copy(plain.begin(), plain.begin() + 2, out.begin());
+    std::copy(segment.begin(), segment.end(), out.begin() + 2);
+    std::copy(plain.begin() + 2, plain.end(), out.begin() + 2 + static_cast<std::ptrdiff_t>(segment.size()));
+    return out;
+  };
+  auto decode = [&](const std::vector<uint8_t>& bytes) { return decode_image(bytes.data(), bytes.size(), "exif.jpg"); };
+  auto upright = decode(plain);
+  auto rotated = load_image(dir + "orientation_6.jpg");
+  ASSERT_RESULT_OK(upright);
+  ASSERT_RESULT_OK(rotated);
+  for (bool little : {true, false}) {
+    auto image = decode(with_exif(little, 0x0112, 3, 1, 6));
+    ASSERT_RESULT_OK(image);
+    EXPECT_EQ(image->width, upright->height);  // rotated a quarter turn
+    EXPECT_EQ(image->height, upright->width);
+    EXPECT_EQ(image->rgb, rotated->rgb) << (little ? "II" : "MM");
+  }
+  const std::vector<uint8_t> bad[] = {
+      with_exif(true, 0x0112, 3, 1, 9),   // out of range
+      with_exif(true, 0x0112, 3, 1, 0),   // out of range
+      with_exif(true, 0x0112, 4, 1, 6),   // a LONG, not a SHORT
+      with_exif(true, 0x0112, 3, 2, 6),   // two values
+      with_exif(true, 0x0111, 3, 1, 6),   // another tag
+  };
+  for (const auto& bytes : bad) {
+    auto image = decode(bytes);
+    ASSERT_RESULT_OK(image);
+    EXPECT_EQ(image->width, upright->width);
+    EXPECT_EQ(image->rgb, upright->rgb);
+  }
+  // An IFD offset past the end of the segment: still decodes, upright. (The TIFF header starts
+  // at byte 12: SOI, marker, length, "Exif\0\0"; its IFD offset at 16, big-endian.)
+  std::vector<uint8_t> cut = with_exif(false, 0x0112, 3, 1, 6);
+  cut[18] = 0xFF;
+  cut[19] = 0xFF;
+  auto image = decode(cut);
+  ASSERT_RESULT_OK(image);
+  EXPECT_EQ(image->rgb, upright->rgb);
+  EXPECT_EQ(image->width, upright->width);
+}
+
 TEST(VisionImage, ColourTypesConvertToRgbAsPil) {
   test::TempDir dir;
   auto load = [&](const std::string& name, const std::vector<uint8_t>& png) {

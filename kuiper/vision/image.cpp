@@ -111,6 +111,66 @@ Status check_jpeg_structure(const uint8_t* data, size_t size, const std::string&
   return Status::Error(truncated);
 }
 
+// ---- EXIF orientation ----
+
+// The orientation tag (0x0112) of a TIFF structure, the payload of a JPEG APP1 "Exif" segment or
+// a PNG eXIf chunk: 1 to 8, or 1 when absent, malformed or out of range (as PIL's
+// exif_transpose, which acts only on 2 to 8).
+int tiff_orientation(const uint8_t* t, size_t n) {
+  if (n < 8) return 1;
+  const bool little = t[0] == 'I' && t[1] == 'I';
+  if (!little && !(t[0] == 'M' && t[1] == 'M')) return 1;
+  auto u16 = [&](size_t o) -> uint32_t {
+    return little ? uint32_t(t[o]) | (uint32_t(t[o + 1]) << 8) : read_be16(t + o);
+  };
+  auto u32 = [&](size_t o) -> uint32_t { return little ? u16(o) | (u16(o + 2) << 16) : read_be32(t + o); };
+  if (u16(2) != 42) return 1;
+  const size_t ifd = u32(4);
+  if (ifd > n - 2) return 1;
+  const size_t entries = u16(ifd);
+  for (size_t i = 0; i < entries; ++i) {
+    const size_t e = ifd + 2 + 12 * i;
+    if (e + 12 > n) break;
+    if (u16(e) != 0x0112) continue;
+    if (u16(e + 2) != 3 || u32(e + 4) != 1) return 1;  // one SHORT, stored in the entry
+    const uint32_t value = u16(e + 8);
+    return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+  }
+  return 1;
+}
+
+// The EXIF orientation of a JPEG whose structure was checked: the first APP1 "Exif" segment
+// before the scan (the one PIL reads).
+int jpeg_orientation(const uint8_t* data, size_t size) {
+  size_t pos = 2;
+  while (true) {
+    while (pos < size && data[pos] != 0xFF) ++pos;
+    while (pos < size && data[pos] == 0xFF) ++pos;
+    if (pos + 2 >= size) return 1;
+    const uint8_t marker = data[pos++];
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
+    const size_t length = read_be16(data + pos);
+    if (length < 2 || size - pos < length || marker == 0xDA) return 1;
+    if (marker == 0xE1 && length >= 8 && std::memcmp(data + pos + 2, "Exif\0\0", 6) == 0) {
+      return tiff_orientation(data + pos + 8, length - 8);
+    }
+    pos += length;
+  }
+}
+
+// The EXIF orientation of a PNG whose structure was checked: its eXIf chunk.
+int png_orientation(const uint8_t* data, size_t size) {
+  size_t pos = 8;
+  while (size - pos >= 12) {
+    const size_t length = read_be32(data + pos);
+    if (length > size - pos - 12) return 1;
+    if (std::memcmp(data + pos + 4, "eXIf", 4) == 0) return tiff_orientation(data + pos + 8, length);
+    if (std::memcmp(data + pos + 4, "IEND", 4) == 0) return 1;
+    pos += 12 + length;
+  }
+  return 1;
+}
+
 // Python's round(): half to even (the default rounding mode of nearbyint).
 int64_t round_half_even(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
@@ -354,7 +414,38 @@ Result<Image> decode_image(const uint8_t* data, size_t size, const std::string& 
   image.height = height;
   image.rgb.assign(pixels, pixels + static_cast<size_t>(width) * height * 3);
   stbi_image_free(pixels);
-  return image;
+  return apply_orientation(image, is_png(data, size) ? png_orientation(data, size)
+                                                     : jpeg_orientation(data, size));
+}
+
+Image apply_orientation(const Image& image, int orientation) {
+  if (orientation < 2 || orientation > 8) return image;
+  const int64_t w = image.width, h = image.height;
+  const bool swap = orientation >= 5;  // 5-8 exchange width and height
+  Image out;
+  out.width = swap ? h : w;
+  out.height = swap ? w : h;
+  out.rgb.resize(image.rgb.size());
+  for (int64_t y = 0; y < out.height; ++y) {
+    for (int64_t x = 0; x < out.width; ++x) {
+      int64_t sx = x, sy = y;  // the source pixel of output pixel (x, y)
+      switch (orientation) {
+        case 2: sx = w - 1 - x; break;                     // mirrored left-right
+        case 3: sx = w - 1 - x; sy = h - 1 - y; break;     // rotated 180
+        case 4: sy = h - 1 - y; break;                     // mirrored top-bottom
+        case 5: sx = y; sy = x; break;                     // transposed
+        case 6: sx = y; sy = h - 1 - x; break;             // rotated 90 clockwise
+        case 7: sx = w - 1 - y; sy = h - 1 - x; break;     // transversed
+        case 8: sx = w - 1 - y; sy = x; break;             // rotated 90 counter-clockwise
+      }
+      const uint8_t* src = &image.rgb[static_cast<size_t>(sy * w + sx) * 3];
+      uint8_t* dst = &out.rgb[static_cast<size_t>(y * out.width + x) * 3];
+      dst[0] = src[0];
+      dst[1] = src[1];
+      dst[2] = src[2];
+    }
+  }
+  return out;
 }
 
 Result<Image> load_image(const std::string& path) {
