@@ -547,6 +547,15 @@ TEST(VisionImage, BadFilesAreClearErrors) {
   auto stray_jpg = load_image(dir.file("stray.jpg"));
   ASSERT_RESULT_OK(stray_jpg);
   EXPECT_EQ(stray_jpg->rgb, padded_jpg->rgb);
+  // A complete JPEG structure with a bad Huffman table (its class / index byte): libjpeg's
+  // error, with the path.
+  std::vector<uint8_t> bad_table = good_jpeg;
+  size_t dht = 2;
+  while (dht + 4 < bad_table.size() && !(bad_table[dht] == 0xFF && bad_table[dht + 1] == 0xC4)) ++dht;
+  ASSERT_LT(dht + 4, bad_table.size()) << "no DHT segment";
+  bad_table[dht + 4] = 0x57;  // table class 5, index 7: neither exists
+  write_bytes(dir.file("bad_table.jpg"), bad_table);
+  expect_error(load_image(dir.file("bad_table.jpg")), dir.file("bad_table.jpg"), "cannot decode");
 }
 
 TEST(VisionImage, JpegDecodes) {
@@ -574,10 +583,10 @@ TEST(VisionImage, JpegDecodes) {
   EXPECT_LE(max_diff, 6);
 }
 
-// EXIF orientation: the files of test/data/exif (scripts/make_exif_fixture.py) come out as
-// transformers' load_image shows them (PIL's ImageOps.exif_transpose, then convert("RGB")):
-// exactly for PNG (eXIf chunk), within the stb / libjpeg decoder difference for JPEG (APP1),
-// whose pixels are also exactly the orientation-1 file's, moved.
+// EXIF orientation: the files of test/data/exif (scripts/make_image_fixtures.py) come out as
+// transformers' load_image shows them (PIL's ImageOps.exif_transpose, then convert("RGB")),
+// exactly, for PNG (eXIf chunk) and JPEG (APP1); the JPEGs' pixels are also the orientation-1
+// file's, moved.
 TEST(VisionImage, ExifOrientationAsPil) {
   const std::string dir = test::test_data_dir() + "/exif/";
   std::ifstream in(dir + "pil_exif.json");
@@ -601,11 +610,7 @@ TEST(VisionImage, ExifOrientationAsPil) {
     ASSERT_RESULT_OK(image);
     ASSERT_EQ(image->width, c["width"].get<int64_t>());
     ASSERT_EQ(image->height, c["height"].get<int64_t>());
-    const std::vector<uint8_t> pil = c["rgb"].get<std::vector<uint8_t>>();
-    ASSERT_EQ(image->rgb.size(), pil.size());
-    int max_diff = 0;
-    for (size_t i = 0; i < pil.size(); ++i) max_diff = std::max(max_diff, std::abs(int(image->rgb[i]) - int(pil[i])));
-    EXPECT_LE(max_diff, 6);
+    EXPECT_EQ(image->rgb, c["rgb"].get<std::vector<uint8_t>>());
     EXPECT_EQ(image->rgb, apply_orientation(*upright, c["orientation"].get<int>()).rgb);
   }
 }
@@ -683,6 +688,24 @@ TEST(VisionImage, ExifOrientationByteOrderAndBadTags) {
   ASSERT_RESULT_OK(image);
   EXPECT_EQ(image->rgb, upright->rgb);
   EXPECT_EQ(image->width, upright->width);
+}
+
+// JPEGs of every common kind decode to exactly PIL's pixels (both through libjpeg-turbo with
+// PIL's settings): test/data/jpeg, made and decoded by scripts/make_image_fixtures.py.
+TEST(VisionImage, JpegDecodesAsPil) {
+  const std::string dir = test::test_data_dir() + "/jpeg/";
+  std::ifstream in(dir + "pil_jpeg.json");
+  ASSERT_TRUE(in) << dir << "pil_jpeg.json";
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc.size(), 6u);
+  for (const auto& c : doc) {
+    SCOPED_TRACE(c["file"].get<std::string>());
+    auto image = load_image(dir + c["file"].get<std::string>());
+    ASSERT_RESULT_OK(image);
+    EXPECT_EQ(image->width, c["width"].get<int64_t>());
+    EXPECT_EQ(image->height, c["height"].get<int64_t>());
+    EXPECT_EQ(image->rgb, c["rgb"].get<std::vector<uint8_t>>());
+  }
 }
 
 TEST(VisionImage, ColourTypesConvertToRgbAsPil) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csetjmp>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +25,8 @@
 #pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
 #include <stb_image.h>
 #pragma GCC diagnostic pop
+
+#include <jpeglib.h>  // after <cstdio>: it uses FILE
 
 namespace kuiper {
 
@@ -169,6 +172,65 @@ int png_orientation(const uint8_t* data, size_t size) {
     pos += 12 + length;
   }
   return 1;
+}
+
+// ---- JPEG through libjpeg(-turbo) ----
+
+// libjpeg reports fatal errors through error_exit, which must not return: it jumps back to the
+// decoding function with the message. Warnings (corrupt data libjpeg can skip, such as stray
+// bytes before a marker) are ignored, as PIL ignores them.
+struct JpegErrors {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void jpeg_error_exit(j_common_ptr cinfo) {
+  JpegErrors* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+void jpeg_ignore_message(j_common_ptr, int) {}
+
+enum class JpegDecode { kOk, kError, kCmyk };
+
+// Decodes a JPEG into RGB8 with libjpeg and the settings PIL decodes with (its defaults: the
+// accurate integer IDCT, fancy upsampling, YCbCr or gray converted to RGB by libjpeg), so the
+// pixels are PIL's. CMYK / YCCK files are left to the caller. Only plain C objects live between
+// the setjmp and a longjmp to it.
+JpegDecode decode_jpeg(const uint8_t* data, size_t size, Image* image, std::string* message) {
+  jpeg_decompress_struct cinfo;
+  JpegErrors errors;
+  cinfo.err = jpeg_std_error(&errors.mgr);
+  errors.mgr.error_exit = jpeg_error_exit;
+  errors.mgr.emit_message = jpeg_ignore_message;
+  if (setjmp(errors.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *message = errors.message;
+    return JpegDecode::kError;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    jpeg_destroy_decompress(&cinfo);
+    return JpegDecode::kCmyk;
+  }
+  cinfo.out_color_space = JCS_RGB;
+  cinfo.dct_method = JDCT_ISLOW;
+  cinfo.do_fancy_upsampling = TRUE;
+  jpeg_start_decompress(&cinfo);
+  image->width = cinfo.output_width;
+  image->height = cinfo.output_height;
+  image->rgb.resize(static_cast<size_t>(cinfo.output_width) * cinfo.output_height * 3);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = image->rgb.data() + static_cast<size_t>(cinfo.output_scanline) * cinfo.output_width * 3;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return JpegDecode::kOk;
 }
 
 // Python's round(): half to even (the default rounding mode of nearbyint).
@@ -404,6 +466,15 @@ Result<Image> decode_image(const uint8_t* data, size_t size, const std::string& 
     return Status::Error(name + ": image of " + std::to_string(width) + "x" + std::to_string(height) +
                          " pixels is larger than the limit of " + std::to_string(kMaxImagePixels) +
                          " pixels");
+  }
+  if (is_jpeg(data, size)) {
+    Image image;
+    std::string message;
+    switch (decode_jpeg(data, size, &image, &message)) {
+      case JpegDecode::kOk: return apply_orientation(image, jpeg_orientation(data, size));
+      case JpegDecode::kError: return Status::Error(name + ": cannot decode the image (" + message + ")");
+      case JpegDecode::kCmyk: break;  // stb_image converts CMYK (libjpeg does not)
+    }
   }
   stbi_uc* pixels = stbi_load_from_memory(data, len, &width, &height, &channels, 3);
   if (pixels == nullptr) {

@@ -24,7 +24,8 @@ struct Image {
   std::vector<uint8_t> rgb;
 };
 
-// Decodes a PNG or JPEG file into RGB8. Gray, gray+alpha, palette and RGBA images are converted as
+// Decodes a PNG (stb_image) or JPEG (libjpeg-turbo with PIL's settings, so the pixels are PIL's;
+// CMYK JPEGs through stb_image) file into RGB8. Gray, gray+alpha, palette and RGBA images are converted as
 // PIL's convert("RGB") does (gray replicated, alpha dropped, palette looked up); 16-bit PNG
 // channels keep their high byte. Missing files, empty files, other formats, zero-sized images,
 // truncated files (a PNG without its IEND chunk, a JPEG without its EOI marker) and corrupt data
