@@ -13,7 +13,7 @@ BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
 if [ -d .gpu/debs ]; then
-  # scripts/deps.sh's package list (libedit included); fill .gpu/debs with
+  # scripts/deps.sh's package list (libedit and libjpeg-turbo included); fill .gpu/debs with
   # `bash scripts/deps.sh download .gpu/debs` after ../shared/device/prepare.sh.
   source scripts/deps.sh install .gpu/debs
   export KUIPER_SHARED_DIR=${KUIPER_SHARED_DIR:-$PWD/.gpu}
