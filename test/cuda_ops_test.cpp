@@ -296,31 +296,43 @@ TEST(CudaOps, QkNormRopeCacheMatchesUnfusedOps) {
   for (int64_t d : {128, 64, 6}) {
     for (DataType act : kActivations) {
       for (bool with_norm : {true, false}) {
-        SCOPED_TRACE("head_dim " + std::to_string(d) + ", " + dtype_name(act) +
-                     (with_norm ? ", qk norm" : ""));
-        const int64_t T = 4, Hq = 6, Hkv = 2, rows = 50;
-        std::vector<int32_t> pos = {3, 0, 49, 17};
-        Tensor positions = Tensor::view(pos.data(), {T}, DataType::kInt32, DeviceType::kCpu);
-        Tensor q = random_host({T, Hq, d}, act, 2.0f), k = random_host({T, Hkv, d}, act, 2.0f);
-        Tensor v = random_host({T, Hkv * d}, act);
-        Tensor qn = random_host({d}, act, 0.5f, 1.0f), kn = random_host({d}, act, 0.5f, 1.0f);
-        Tensor kc = random_host({rows, Hkv * d}, act), vc = random_host({rows, Hkv * d}, act);
-        Tensor rq = *q.to(DeviceType::kCpu), rk = *k.to(DeviceType::kCpu);
-        Tensor rkc = *kc.to(DeviceType::kCpu), rvc = *vc.to(DeviceType::kCpu);
-        ASSERT_OK(op::qk_norm_rope_cache(rq, rk, v, with_norm ? &qn : nullptr,
-                                         with_norm ? &kn : nullptr, 1e-6, positions, 1e6, rkc,
-                                         rvc));
-        Tensor dq = to_device(q, act), dk = to_device(k, act);
-        Tensor dkc = to_device(kc, act), dvc = to_device(vc, act);
-        Tensor dqn = to_device(qn, act), dkn = to_device(kn, act);
-        ASSERT_OK(op::qk_norm_rope_cache(dq, dk, to_device(v, act), with_norm ? &dqn : nullptr,
-                                         with_norm ? &dkn : nullptr, 1e-6,
-                                         *positions.to(DeviceType::kCuda), 1e6, dkc, dvc));
-        const double tol = act == DataType::kFp32 ? 1e-5 : 2e-3;
-        EXPECT_LE(rel_error(to_host_fp32(dq), rq), tol);
-        EXPECT_LE(rel_error(to_host_fp32(dk), rk), tol);
-        EXPECT_LE(rel_error(to_host_fp32(dkc), rkc), tol);
-        EXPECT_EQ(rel_error(to_host_fp32(dvc), rvc), 0.0);  // a copy
+        // rotary positions apart from the cache rows (Qwen3-VL text after images), or the same
+        for (bool apart : {false, true}) {
+          SCOPED_TRACE("head_dim " + std::to_string(d) + ", " + dtype_name(act) +
+                       (with_norm ? ", qk norm" : "") + (apart ? ", rope positions apart" : ""));
+          const int64_t T = 4, Hq = 6, Hkv = 2, rows = 50;
+          std::vector<int32_t> pos = {3, 0, 49, 17}, rot = {900, 7, 51, 30000};
+          Tensor positions = Tensor::view(pos.data(), {T}, DataType::kInt32, DeviceType::kCpu);
+          Tensor rotary = Tensor::view(rot.data(), {T}, DataType::kInt32, DeviceType::kCpu);
+          Tensor q = random_host({T, Hq, d}, act, 2.0f), k = random_host({T, Hkv, d}, act, 2.0f);
+          Tensor v = random_host({T, Hkv * d}, act);
+          Tensor qn = random_host({d}, act, 0.5f, 1.0f), kn = random_host({d}, act, 0.5f, 1.0f);
+          Tensor kc = random_host({rows, Hkv * d}, act), vc = random_host({rows, Hkv * d}, act);
+          // The reference: the unfused ops, RoPE at the rotary positions, rows at the cache rows.
+          Tensor rq = *q.to(DeviceType::kCpu), rk = *k.to(DeviceType::kCpu);
+          Tensor rkc = *kc.to(DeviceType::kCpu), rvc = *vc.to(DeviceType::kCpu);
+          if (with_norm) {
+            ASSERT_OK(op::rmsnorm(rq, qn, 1e-6, rq));
+            ASSERT_OK(op::rmsnorm(rk, kn, 1e-6, rk));
+          }
+          ASSERT_OK(op::rope(rq, apart ? rotary : positions, 1e6));
+          ASSERT_OK(op::rope(rk, apart ? rotary : positions, 1e6));
+          ASSERT_OK(op::kv_write(*rk.reshape({T, Hkv * d}), rkc, positions));
+          ASSERT_OK(op::kv_write(v, rvc, positions));
+          Tensor dq = to_device(q, act), dk = to_device(k, act);
+          Tensor dkc = to_device(kc, act), dvc = to_device(vc, act);
+          Tensor dqn = to_device(qn, act), dkn = to_device(kn, act);
+          const Tensor drot = *rotary.to(DeviceType::kCuda);
+          ASSERT_OK(op::qk_norm_rope_cache(dq, dk, to_device(v, act), with_norm ? &dqn : nullptr,
+                                           with_norm ? &dkn : nullptr, 1e-6,
+                                           *positions.to(DeviceType::kCuda), 1e6, dkc, dvc,
+                                           apart ? &drot : nullptr));
+          const double tol = act == DataType::kFp32 ? 1e-5 : 2e-3;
+          EXPECT_LE(rel_error(to_host_fp32(dq), rq), tol);
+          EXPECT_LE(rel_error(to_host_fp32(dk), rk), tol);
+          EXPECT_LE(rel_error(to_host_fp32(dkc), rkc), tol);
+          EXPECT_EQ(rel_error(to_host_fp32(dvc), rvc), 0.0);  // a copy
+        }
       }
     }
   }

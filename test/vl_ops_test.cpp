@@ -3,6 +3,7 @@
 // ordinary RoPE when t = h = w, and the CUDA kernel against the CPU one on random inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -96,6 +97,37 @@ TEST(MRope, EqualAxesAreOrdinaryRope) {
   ASSERT_OK(op::mrope(a, positions_of(pos3), 1e6, kSections));
   ASSERT_OK(op::rope(b, Tensor::view(p.data(), {T}, DataType::kInt32, DeviceType::kCpu), 1e6));
   EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+}
+
+// The fused attention-input op with rotary positions apart from the cache rows (how Qwen3-VL runs
+// text tokens): RoPE at the rotary positions, rows written at the cache rows; rotary positions
+// that do not fit the tokens are an error.
+TEST(MRope, QkNormRopeCacheTakesRotaryPositionsApart) {
+  const int64_t T = 2, H = 2, d = 8, rows = 6;
+  std::vector<int32_t> cache_rows = {1, 4}, rotary = {100, 7};
+  const Tensor pos = Tensor::view(cache_rows.data(), {T}, DataType::kInt32, DeviceType::kCpu);
+  const Tensor rot = Tensor::view(rotary.data(), {T}, DataType::kInt32, DeviceType::kCpu);
+  Tensor q = *Tensor::empty({T, H, d}, DataType::kFp32), k = *Tensor::empty({T, 1, d}, DataType::kFp32);
+  Tensor v = *Tensor::empty({T, d}, DataType::kFp32);
+  for (int64_t i = 0; i < q.numel(); ++i) q.data<float>()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (int64_t i = 0; i < k.numel(); ++i) k.data<float>()[i] = 0.2f * static_cast<float>(i % 5) - 0.4f;
+  for (int64_t i = 0; i < v.numel(); ++i) v.data<float>()[i] = static_cast<float>(i);
+  Tensor kc = *Tensor::empty({rows, d}, DataType::kFp32), vc = *Tensor::empty({rows, d}, DataType::kFp32);
+  std::fill(kc.data<float>(), kc.data<float>() + kc.numel(), 0.0f);
+  std::fill(vc.data<float>(), vc.data<float>() + vc.numel(), 0.0f);
+  Tensor rq = *q.to(DeviceType::kCpu), rk = *k.to(DeviceType::kCpu);
+  ASSERT_OK(op::rope(rq, rot, 1e6));
+  ASSERT_OK(op::rope(rk, rot, 1e6));
+  ASSERT_OK(op::qk_norm_rope_cache(q, k, v, nullptr, nullptr, 1e-6, pos, 1e6, kc, vc, &rot));
+  for (int64_t i = 0; i < q.numel(); ++i) EXPECT_EQ(q.data<float>()[i], rq.data<float>()[i]);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < d; ++i) {
+      EXPECT_EQ(kc.data<float>()[cache_rows[t] * d + i], rk.data<float>()[t * d + i]);
+      EXPECT_EQ(vc.data<float>()[cache_rows[t] * d + i], v.data<float>()[t * d + i]);
+    }
+  }
+  const Tensor short_rot = Tensor::view(rotary.data(), {1}, DataType::kInt32, DeviceType::kCpu);
+  EXPECT_FALSE(op::qk_norm_rope_cache(q, k, v, nullptr, nullptr, 1e-6, pos, 1e6, kc, vc, &short_rot).ok());
 }
 
 TEST(MRope, BadArgumentsAreErrors) {

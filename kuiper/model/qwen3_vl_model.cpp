@@ -287,8 +287,16 @@ Result<Tensor> Qwen3VLModel::run(const std::vector<int32_t>& ids, int64_t start,
   KUIPER_RETURN_IF_ERROR(upload(ws.ids.rows(0, T), ids));
   KUIPER_RETURN_IF_ERROR(upload(ws.positions.rows(0, T), slots));
   KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions.rows(0, 3 * T), *rope3));
+  bool axes_equal = true;
+  for (int64_t t = 0; t < T && axes_equal; ++t) {
+    const int32_t p = (*rope3)[static_cast<size_t>(t)];
+    axes_equal = (*rope3)[static_cast<size_t>(T + t)] == p && (*rope3)[static_cast<size_t>(2 * T + t)] == p;
+  }
+  m.rope_axes_equal_ = axes_equal;
 
-  if (T == 1 && m.graph_ != nullptr && !hook) {
+  // The decode graph is captured (and replayed) only for text tokens: it holds the fused
+  // kernel, which rotates every axis by the first one's position.
+  if (T == 1 && m.graph_ != nullptr && !hook && axes_equal) {
     // The graph reads the token, its cache row and its rotary positions from device memory.
     KUIPER_RETURN_IF_ERROR(m.run_decode_graph(start));
   } else {

@@ -319,7 +319,12 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
   }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
-  if (c.is_mrope()) {  // Qwen3-VL: the rotary positions are [3, T], apart from the cache rows
+  if (c.is_mrope() && rope_axes_equal_) {  // Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p
+    Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [3, T] positions
+    KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
+        q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
+        positions, c.rope_theta, L.k_cache, L.v_cache, &rotary));
+  } else if (c.is_mrope()) {  // Qwen3-VL: the rotary positions are [3, T], apart from the cache rows
     KUIPER_ASSIGN_OR_RETURN(Tensor rope3, ws.rope_positions.rows(0, 3 * T).reshape({3, T}));
     if (c.qk_norm) {
       KUIPER_RETURN_IF_ERROR(op::rmsnorm(q_heads, L.q_norm, eps, q_heads));

@@ -74,6 +74,10 @@ class QwenModel : public Model {
   // Runs on the hidden states x [T, hidden] after the embedding (layer -1) and after each decoder
   // layer; Qwen3-VL sets it for a prefill with images (vision embeddings, deepstack).
   std::function<Status(int64_t layer, Tensor& x)> hidden_hook_;
+  // M-RoPE (Qwen3-VL): set by the caller of run_forward when every token's three rotary
+  // positions are equal (text), where M-RoPE is plain RoPE and the fused qk-norm / RoPE /
+  // cache-write kernel serves, rotating at rope_positions' first axis.
+  bool rope_axes_equal_ = false;
   friend class Qwen3VLModel;  // drives the layers with its own positions and hook
 };
 

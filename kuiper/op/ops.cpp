@@ -229,7 +229,8 @@ Status linear(const Tensor& x, const Tensor& w, const LinearOptions& o, Tensor& 
 
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache) {
+                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          const Tensor* rope_positions) {
   KUIPER_RETURN_IF_ERROR(check_activation("qk_norm_rope_cache", q));
   KUIPER_RETURN_IF_ERROR(
       same_device("qk_norm_rope_cache", {&q, &k, &v, &positions, &k_cache, &v_cache}));
@@ -253,16 +254,23 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
                                             std::to_string(q.dim(2)));
     }
   }
+  if (rope_positions != nullptr &&
+      (rope_positions->dtype() != DataType::kInt32 || rope_positions->numel() != T ||
+       rope_positions->device() != q.device())) {
+    return fail("qk_norm_rope_cache", "rope positions " + rope_positions->describe() +
+                                          " do not fit " + std::to_string(T) + " tokens");
+  }
+  const Tensor& rotary = rope_positions != nullptr ? *rope_positions : positions;
 #ifdef KUIPER_WITH_CUDA
   if (q.device() == DeviceType::kCuda) {
     return cuda::qk_norm_rope_cache(q, k, v, q_norm, k_norm, eps, positions, theta, k_cache,
-                                    v_cache);
+                                    v_cache, rotary);
   }
 #endif
   if (q_norm != nullptr) KUIPER_RETURN_IF_ERROR(rmsnorm(q, *q_norm, eps, q));
   if (k_norm != nullptr) KUIPER_RETURN_IF_ERROR(rmsnorm(k, *k_norm, eps, k));
-  KUIPER_RETURN_IF_ERROR(rope(q, positions, theta));
-  KUIPER_RETURN_IF_ERROR(rope(k, positions, theta));
+  KUIPER_RETURN_IF_ERROR(rope(q, rotary, theta));
+  KUIPER_RETURN_IF_ERROR(rope(k, rotary, theta));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_rows, k.reshape({T, v.dim(1)}));
   KUIPER_RETURN_IF_ERROR(kv_write(k_rows, k_cache, positions));
   return kv_write(v, v_cache, positions);

@@ -71,10 +71,13 @@ Status linear(const Tensor& x, const Tensor& w, const LinearOptions& options, Te
 // Attention input preparation for T tokens, fused on the GPU: the per-head RMSNorm of q and k
 // (when q_norm / k_norm are given), RoPE at `positions` (both in place), then k and v rows
 // written to cache row positions[t] (op::rmsnorm, op::rope, op::kv_write in that order).
-// q: [T, Hq, d]; k: [T, Hkv, d]; v: [T, Hkv * d]; caches [max_ctx, Hkv * d].
+// q: [T, Hq, d]; k: [T, Hkv, d]; v: [T, Hkv * d]; caches [max_ctx, Hkv * d]. `rope_positions`
+// ([T] int32), when given, are the rotary positions instead, the cache rows staying
+// `positions` (Qwen3-VL text tokens: the cache row plus the images' rope delta).
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache);
+                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          const Tensor* rope_positions = nullptr);
 
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
 Status argmax(const Tensor& logits, Tensor& out);

@@ -16,7 +16,8 @@ Result<bool> linear(const Tensor& x, const Tensor& w, const op::LinearOptions& o
                     Tensor& out);
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache);
+                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          const Tensor& rope_positions);
 Status rope(Tensor& x, const Tensor& positions, double theta);
 Status mrope(Tensor& x, const Tensor& positions, double theta,
              const std::vector<int64_t>& sections);

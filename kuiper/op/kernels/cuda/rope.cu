@@ -38,8 +38,9 @@ __global__ void rope_kernel(TX* x, const int32_t* __restrict__ positions, InvFre
 
 // The attention input of T tokens in one launch (op::qk_norm_rope_cache): one warp per head of
 // token blockIdx.x, over the Hq query heads, then the Hkv key heads, then the Hkv value heads.
-// q and k heads are RMS-normalised (when a norm weight is given) and rotated in place, each
-// value rounded to TX where the unfused rmsnorm and rope kernels store it; key heads are also
+// q and k heads are RMS-normalised (when a norm weight is given) and rotated in place (at the
+// rotary position, which may differ from the cache row), each value rounded to TX where the
+// unfused rmsnorm and rope kernels store it; key heads are also
 // written to the cache row at the token's position, value heads only copied there. Launched
 // with PDL: it waits for the q/k/v GEMV before reading anything.
 constexpr int kPrepWarps = 4;
@@ -49,7 +50,8 @@ struct PrepArgs {
   const void* k_norm;
   DataType q_norm_dtype, k_norm_dtype;
   float eps;
-  const int32_t* positions;
+  const int32_t* positions;       // cache rows
+  const int32_t* rope_positions;  // rotary positions (often the same array)
   int Hq, Hkv, half;
   int64_t cache_rows;
 };
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
     sum = warp_sum(sum);
     inv = 1.0f / sqrtf(sum / static_cast<float>(d) + a.eps);
   }
-  const float p = static_cast<float>(a.positions[t]);
+  const float p = static_cast<float>(a.rope_positions[t]);
   for (int i = lane; i < a.half; i += 32) {
     float e0 = to_float(x[i]), e1 = to_float(x[i + a.half]);
     if (norm != nullptr) {
@@ -133,7 +135,8 @@ Status check_half_dim(int64_t d) {
 
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache) {
+                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          const Tensor& rope_positions) {
   const int64_t T = q.dim(0), d = q.dim(2);
   KUIPER_RETURN_IF_ERROR(check_half_dim(d));
   if (T == 0) return Status::Ok();
@@ -144,6 +147,7 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
   a.k_norm_dtype = k_norm != nullptr ? k_norm->dtype() : DataType::kFp32;
   a.eps = static_cast<float>(eps);
   a.positions = positions.data<int32_t>();
+  a.rope_positions = rope_positions.data<int32_t>();
   a.Hq = static_cast<int>(q.dim(1));
   a.Hkv = static_cast<int>(k.dim(1));
   a.half = static_cast<int>(d / 2);
