@@ -270,6 +270,16 @@ TEST(VlModel, ImagePromptFromTestImagePngMatchesHuggingFace) {
   image_prompt_from_png(ModelOptions{});
 }
 
+// Prefill in pieces smaller than the image (16 tokens; the image has 70 pad tokens): each piece
+// takes its share of the vision rows and deepstack features, every position's logits still
+// match, and so does the greedy continuation.
+TEST(VlModel, ChunkedPrefillMatchesHuggingFace) {
+  ModelOptions options;
+  options.prefill_chunk = 16;
+  image_prompt_with_golden_vision(options);
+  text_only_chat(options);
+}
+
 TEST(VlModel, ImagesThatDoNotFitThePromptAreErrors) {
   auto model = load_vl(ModelOptions{});
   ASSERT_NE(model, nullptr);
@@ -386,6 +396,13 @@ TEST(CudaVlModel, Fp16ImagePromptAgreesOnTopTokens) {
     if (margin[i] > 0.05f) EXPECT_EQ(top_k(row.data(), V, 1)[0], greedy[i]) << "step " << i;
     step = model->forward({greedy[i]}, static_cast<int64_t>(T + i), false);
   }
+}
+
+TEST(CudaVlModel, ChunkedPrefillWithGraphDecodeMatchesHuggingFace) {
+  SKIP_WITHOUT_CUDA();
+  ModelOptions options = cuda_options(true);
+  options.prefill_chunk = 16;
+  image_prompt_with_golden_vision(options);
 }
 
 TEST(CudaVlModel, ImagePromptWithGraphDecodeMatchesHuggingFace) {

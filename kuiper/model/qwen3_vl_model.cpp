@@ -211,16 +211,22 @@ Result<Tensor> Qwen3VLModel::forward_with_vision_embeds(
   const int64_t base = start + rope_delta_at(start);
   for (int32_t& p : index.positions) p += static_cast<int32_t>(base);
 
-  // The vision rows replace the image-pad embeddings; deepstack k is added after layer k.
-  auto hook = [&](int64_t layer, Tensor& x) -> Status {
+  // The vision rows replace the image-pad embeddings; deepstack k is added after layer k. x holds
+  // prompt rows [x0, x0 + x.dim(0)) (one prefill piece): each image's overlap with them.
+  auto hook = [&](int64_t layer, Tensor& x, int64_t x0) -> Status {
     if (layer >= static_cast<int64_t>(ds.size())) return Status::Ok();
-    int64_t row = 0;
+    int64_t row = 0;  // the image's first row in emb and ds
     for (const auto& [first, count] : index.spans) {
-      Tensor dst = x.rows(first, count);
-      if (layer < 0) {
-        KUIPER_RETURN_IF_ERROR(dst.copy_from(emb.rows(row, count)));
-      } else {
-        KUIPER_RETURN_IF_ERROR(op::add(dst, ds[static_cast<size_t>(layer)].rows(row, count), dst));
+      const int64_t lo = std::max(first, x0), hi = std::min(first + count, x0 + x.dim(0));
+      if (lo < hi) {
+        Tensor dst = x.rows(lo - x0, hi - lo);
+        const int64_t src = row + (lo - first);
+        if (layer < 0) {
+          KUIPER_RETURN_IF_ERROR(dst.copy_from(emb.rows(src, hi - lo)));
+        } else {
+          KUIPER_RETURN_IF_ERROR(
+              op::add(dst, ds[static_cast<size_t>(layer)].rows(src, hi - lo), dst));
+        }
       }
       row += count;
     }
@@ -243,7 +249,7 @@ Result<Tensor> Qwen3VLModel::forward_with_vision_embeds(
 
 Result<Tensor> Qwen3VLModel::run(const std::vector<int32_t>& ids, int64_t start, bool all_logits,
                                  const std::vector<int32_t>* rope3,
-                                 const std::function<Status(int64_t, Tensor&)>& hook) {
+                                 const HiddenHook& hook) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(ids.size());
   if (T == 0) return Status::Error("forward: no tokens");
@@ -272,36 +278,53 @@ Result<Tensor> Qwen3VLModel::run(const std::vector<int32_t>& ids, int64_t start,
   }
   const int64_t logit_rows = all_logits ? T : 1;
   QwenModel& m = *text_;
-  if (T > 1 && (m.prefill_ws_.capacity < T || m.prefill_ws_.logits.dim(0) < logit_rows)) {
+  // Prefill pieces as QwenModel::forward makes them: the workspace holds one piece (and every
+  // row's logits when all_logits), each piece attending to the cache the earlier ones wrote.
+  const int64_t chunk =
+      T > 1 && m.options_.prefill_chunk > 0 ? std::min(m.options_.prefill_chunk, T) : T;
+  if (T > 1 && (m.prefill_ws_.capacity < chunk || m.prefill_ws_.logits.dim(0) < logit_rows)) {
     m.prefill_ws_ = QwenModel::Workspace();  // release the old buffers first
-    KUIPER_ASSIGN_OR_RETURN(m.prefill_ws_, m.make_workspace(T, logit_rows));
+    KUIPER_ASSIGN_OR_RETURN(m.prefill_ws_, m.make_workspace(chunk, logit_rows));
   }
   const QwenModel::Workspace& ws = T == 1 ? m.decode_ws_ : m.prefill_ws_;
-  auto upload = [](const Tensor& dst, const std::vector<int32_t>& src) {
-    Tensor host = Tensor::view(const_cast<int32_t*>(src.data()),
-                               {static_cast<int64_t>(src.size())}, DataType::kInt32,
-                               DeviceType::kCpu);
+  auto upload = [](const Tensor& dst, const int32_t* src, int64_t n) {
+    Tensor host = Tensor::view(const_cast<int32_t*>(src), {n}, DataType::kInt32, DeviceType::kCpu);
     Tensor d = dst;
     return d.copy_from(host);
   };
-  KUIPER_RETURN_IF_ERROR(upload(ws.ids.rows(0, T), ids));
-  KUIPER_RETURN_IF_ERROR(upload(ws.positions.rows(0, T), slots));
-  KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions.rows(0, 3 * T), *rope3));
-  bool axes_equal = true;
-  for (int64_t t = 0; t < T && axes_equal; ++t) {
-    const int32_t p = (*rope3)[static_cast<size_t>(t)];
-    axes_equal = (*rope3)[static_cast<size_t>(T + t)] == p && (*rope3)[static_cast<size_t>(2 * T + t)] == p;
-  }
-  m.rope_axes_equal_ = axes_equal;
+  std::vector<int32_t> piece_rope;
+  for (int64_t c0 = 0; c0 < T; c0 += chunk) {
+    const int64_t n = std::min(chunk, T - c0);
+    // The piece's [3, n] rotary positions, and whether its three axes agree (text only).
+    piece_rope.clear();
+    for (int a = 0; a < 3; ++a) {
+      const auto axis = rope3->begin() + a * T + c0;
+      piece_rope.insert(piece_rope.end(), axis, axis + n);
+    }
+    bool axes_equal = true;
+    for (int64_t t = 0; t < n && axes_equal; ++t) {
+      const int32_t p = piece_rope[static_cast<size_t>(t)];
+      axes_equal = piece_rope[static_cast<size_t>(n + t)] == p &&
+                   piece_rope[static_cast<size_t>(2 * n + t)] == p;
+    }
+    KUIPER_RETURN_IF_ERROR(upload(ws.ids.rows(0, n), ids.data() + c0, n));
+    KUIPER_RETURN_IF_ERROR(upload(ws.positions.rows(0, n), slots.data() + c0, n));
+    KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions.rows(0, 3 * n), piece_rope.data(), 3 * n));
+    m.rope_axes_equal_ = axes_equal;
 
-  // The decode graph is captured (and replayed) only for text tokens: it holds the fused
-  // kernel, which rotates every axis by the first one's position.
-  if (T == 1 && m.graph_ != nullptr && !hook && axes_equal) {
-    // The graph reads the token, its cache row and its rotary positions from device memory.
-    KUIPER_RETURN_IF_ERROR(m.run_decode_graph(start));
-  } else {
-    m.hidden_hook_ = hook;
-    Status s = m.run_forward(ws, T, start, logit_rows);
+    // The decode graph is captured (and replayed) only for text tokens: it holds the fused
+    // kernel, which rotates every axis by the first one's position.
+    if (T == 1 && m.graph_ != nullptr && !hook && axes_equal) {
+      // The graph reads the token, its cache row and its rotary positions from device memory.
+      KUIPER_RETURN_IF_ERROR(m.run_decode_graph(start));
+      continue;
+    }
+    if (hook) {
+      m.hidden_hook_ = [&hook, c0](int64_t layer, Tensor& x) { return hook(layer, x, c0); };
+    }
+    const bool last = c0 + n == T;
+    const int64_t rows = all_logits ? n : (last ? 1 : 0);
+    Status s = m.run_forward(ws, n, start + c0, rows, all_logits ? c0 : 0);
     m.hidden_hook_ = nullptr;
     KUIPER_RETURN_IF_ERROR(s);
   }

@@ -6,8 +6,8 @@
 // merged grid spreads over h and w). Tokens after an image continue at cache position + rope
 // delta on all three axes, which is ordinary RoPE at that shifted position.
 //
-// Prefill runs the whole prompt at once (ModelOptions::prefill_chunk does not apply here); decode
-// (one token) takes QwenModel's path, the CUDA graph included.
+// Prefill runs in ModelOptions::prefill_chunk pieces as QwenModel's does (an image may span
+// pieces); decode (one token) takes QwenModel's path, the CUDA graph included.
 #pragma once
 
 #include <array>
@@ -72,11 +72,13 @@ class Qwen3VLModel : public Model {
 
  private:
   Qwen3VLModel(std::unique_ptr<QwenModel> text, std::unique_ptr<VisionEncoder> vision);
-  // One forward of the decoder: rope3 holds the [3, T] rotary positions (null: cache position +
-  // delta on every axis); the hook runs on the hidden states as in QwenModel::hidden_hook_.
+  // Runs on the hidden states x of prompt rows [first, first + x.dim(0)) after the embedding
+  // (layer -1) and after each decoder layer.
+  using HiddenHook = std::function<Status(int64_t layer, Tensor& x, int64_t first)>;
+  // One forward of the decoder, in prefill_chunk pieces: rope3 holds the [3, T] rotary positions
+  // (null: cache position + delta on every axis).
   Result<Tensor> run(const std::vector<int32_t>& ids, int64_t start, bool all_logits,
-                     const std::vector<int32_t>* rope3,
-                     const std::function<Status(int64_t, Tensor&)>& hook);
+                     const std::vector<int32_t>* rope3, const HiddenHook& hook);
   // Forgets the delta of every image whose last token is at or after `start` (its cache rows
   // are being rewritten).
   void truncate_deltas(int64_t start);
