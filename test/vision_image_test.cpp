@@ -24,6 +24,7 @@
 #pragma GCC diagnostic pop
 
 #include "kuiper/vision/image.h"
+#include "kuiper/vision/preprocess.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
 #include "support/paths.h"

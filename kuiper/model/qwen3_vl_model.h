@@ -19,7 +19,7 @@
 #include "kuiper/model/model.h"
 #include "kuiper/model/qwen_model.h"
 #include "kuiper/model/vision_encoder.h"
-#include "kuiper/vision/image.h"
+#include "kuiper/vision/preprocess.h"
 
 namespace kuiper {
 

@@ -17,7 +17,7 @@
 #include "kuiper/runtime/sampler.h"
 #include "kuiper/runtime/stats.h"
 #include "kuiper/tokenizer/tokenizer.h"
-#include "kuiper/vision/image.h"
+#include "kuiper/vision/preprocess.h"
 
 namespace kuiper {
 

@@ -15,6 +15,7 @@
 #include "kuiper/base/status.h"
 #include "kuiper/model/model_file.h"
 #include "kuiper/vision/image.h"
+#include "kuiper/vision/preprocess.h"
 
 namespace kuiper {
 

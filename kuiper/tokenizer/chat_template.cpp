@@ -2,9 +2,9 @@
 
 #include <utility>
 
-#include "kuiper/tokenizer/jinja_ast.h"
-#include "kuiper/tokenizer/jinja_interpreter.h"
-#include "kuiper/tokenizer/jinja_parser.h"
+#include "kuiper/tokenizer/jinja/ast.h"
+#include "kuiper/tokenizer/jinja/interpreter.h"
+#include "kuiper/tokenizer/jinja/parser.h"
 
 namespace kuiper {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kuiper/base/status.h"
-#include "kuiper/tokenizer/jinja_value.h"
+#include "kuiper/tokenizer/jinja/value.h"
 
 namespace kuiper::jinja {
 

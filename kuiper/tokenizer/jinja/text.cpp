@@ -1,4 +1,4 @@
-#include "kuiper/tokenizer/jinja_text.h"
+#include "kuiper/tokenizer/jinja/text.h"
 
 #include <utf8proc.h>
 

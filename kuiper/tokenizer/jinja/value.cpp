@@ -1,4 +1,4 @@
-#include "kuiper/tokenizer/jinja_value.h"
+#include "kuiper/tokenizer/jinja/value.h"
 
 #include <utf8proc.h>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "kuiper/tokenizer/jinja_text.h"
+#include "kuiper/tokenizer/jinja/text.h"
 
 namespace kuiper::jinja {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kuiper/base/status.h"
-#include "kuiper/tokenizer/jinja_ast.h"
+#include "kuiper/tokenizer/jinja/ast.h"
 
 namespace kuiper::jinja {
 

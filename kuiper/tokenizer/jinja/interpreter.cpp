@@ -1,11 +1,11 @@
-#include "kuiper/tokenizer/jinja_interpreter.h"
+#include "kuiper/tokenizer/jinja/interpreter.h"
 
 #include <memory>
 #include <unordered_map>
 #include <utility>
 
-#include "kuiper/tokenizer/jinja_builtins.h"
-#include "kuiper/tokenizer/jinja_value.h"
+#include "kuiper/tokenizer/jinja/builtins.h"
+#include "kuiper/tokenizer/jinja/value.h"
 
 namespace kuiper::jinja {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "kuiper/base/status.h"
-#include "kuiper/tokenizer/jinja_ast.h"
+#include "kuiper/tokenizer/jinja/ast.h"
 
 namespace kuiper::jinja {
 

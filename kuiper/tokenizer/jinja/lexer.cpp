@@ -1,4 +1,4 @@
-#include "kuiper/tokenizer/jinja_lexer.h"
+#include "kuiper/tokenizer/jinja/lexer.h"
 
 #include <utf8proc.h>
 

@@ -1,10 +1,10 @@
-#include "kuiper/tokenizer/jinja_parser.h"
+#include "kuiper/tokenizer/jinja/parser.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <utility>
 
-#include "kuiper/tokenizer/jinja_builtins.h"
+#include "kuiper/tokenizer/jinja/builtins.h"
 
 namespace kuiper::jinja {
 namespace {

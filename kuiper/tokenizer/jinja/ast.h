@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kuiper/tokenizer/jinja_lexer.h"
+#include "kuiper/tokenizer/jinja/lexer.h"
 
 namespace kuiper::jinja {
 

@@ -1,4 +1,4 @@
-#include "kuiper/tokenizer/jinja_builtins.h"
+#include "kuiper/tokenizer/jinja/builtins.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "kuiper/tokenizer/jinja_text.h"
+#include "kuiper/tokenizer/jinja/text.h"
 
 namespace kuiper::jinja {
 namespace {
