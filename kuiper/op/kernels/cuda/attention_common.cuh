@@ -13,8 +13,16 @@
 
 #include "kuiper/base/cuda_runtime.h"
 #include "kuiper/op/attention.h"
+#include "kuiper/op/kernels/cuda/primitives.cuh"
 
 namespace kuiper::op::cuda_attention {
+
+using cuda::allow_shared_memory;
+using cuda::block_reduce;
+using cuda::group_max;
+using cuda::group_sum;
+using cuda::sm_count;
+using cuda::TypeTag;
 
 // Everything a kernel needs besides the data pointers. Scores are kept in the log2 domain
 // (q is pre-multiplied by scale * log2(e)) so that each exponential is a single ex2 instruction.
@@ -53,35 +61,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
 constexpr float kNegligibleLog2 = 32.0f;
 __device__ __forceinline__ float exp2_ftz(float x) {
   return x < -kNegligibleLog2 ? 0.0f : fast_exp2(x);
-}
-
-// Reductions over aligned groups of kWidth lanes (xor shuffles never leave the group), so
-// sub-warp groups that each own one key can reduce independently.
-template <int kWidth>
-__device__ __forceinline__ float group_sum(float v) {
-#pragma unroll
-  for (int o = kWidth / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <int kWidth>
-__device__ __forceinline__ float group_max(float v) {
-#pragma unroll
-  for (int o = kWidth / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Reduces one value per thread to a block-wide result that every thread receives. `shared`
-// holds kThreads / 32 floats; the leading barrier lets a block reuse it for the next reduction.
-template <int kThreads, bool kMax>
-__device__ float block_reduce(float v, float* shared) {
-  constexpr int kWarps = kThreads / 32;
-  v = kMax ? group_max<32>(v) : group_sum<32>(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < kWarps ? shared[lane] : (kMax ? -INFINITY : 0.0f);
-  return kMax ? group_max<32>(v) : group_sum<32>(v);
 }
 
 // How a storage type packs into 32-bit words; every load goes through whole words.
@@ -429,10 +408,6 @@ inline Geometry make_geometry(const AttentionArgs& a, bool graph_safe) {
   return g;
 }
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
 template <int D>
 struct DimTag {
   static constexpr int value = D;
@@ -455,16 +430,6 @@ Status with_instantiation(DataType dtype, int64_t head_dim, F&& f) {
   return Status::Error(std::string("attention: no kernel for ") + dtype_name(dtype));
 }
 
-// Raises a kernel's dynamic shared-memory limit once per kernel (above 48 KB needs it). The
-// kernel is a template argument, not a function-pointer parameter: instantiations that share a
-// signature (flash1_kernel<float, 64> and <float, 128>) must each get their own call.
-template <auto kKernel>
-Status allow_shared_memory(size_t bytes) {
-  static const cudaError_t once = cudaFuncSetAttribute(
-      kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  return cuda::check(once, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-}
-
 // A device fp32 scratch buffer owned by an op object: grown when a call needs more, so it is
 // allocated on the first call (before any graph capture) and reused afterwards.
 class Scratch {
@@ -483,32 +448,20 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
-// Multiprocessors of the current device, read once.
-inline int sm_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 1;
-    }
-    return n > 0 ? n : 1;
-  }();
-  return count;
-}
-
 // Splits per (kv head, head group) of a split-KV decode launch: request.decode_splits when set,
 // else enough blocks to give every SM `blocks_per_sm` (one wave of equal splits), but no more
 // splits than the context fills with `granularity` keys each. The context is the cache capacity
 // for graph-safe ops (their position is only on the device), else the host position; either way
 // the count never depends on a device-side value, so a captured launch stays valid.
-inline int decode_split_count(const AttentionRequest& r, const Geometry& g, int head_groups,
-                              int granularity, int blocks_per_sm) {
+inline Result<int> decode_split_count(const AttentionRequest& r, const Geometry& g,
+                                      int head_groups, int granularity, int blocks_per_sm) {
   const int ctx = r.graph_safe ? g.max_ctx : g.start + 1;
   const int most = (ctx + granularity - 1) / granularity;
   int want = r.decode_splits;
   if (want <= 0) {
+    KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
     const int groups = g.kv_heads * head_groups;
-    want = blocks_per_sm * sm_count() / groups;  // never a partial second wave
+    want = blocks_per_sm * sms / groups;  // never a partial second wave
   }
   return std::max(1, std::min(want, most));
 }

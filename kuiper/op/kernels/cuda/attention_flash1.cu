@@ -372,7 +372,8 @@ class Flash1Attention final : public AttentionOp {
     if (request_.phase == AttentionPhase::kPrefill) {
       return launch(dim3(row_blocks, g.kv_heads, 1), nullptr, nullptr);
     }
-    const int splits = decode_split_count(request_, g, row_blocks, Tr::kKeys, kBlocksPerSm);
+    KUIPER_ASSIGN_OR_RETURN(const int splits,
+                            decode_split_count(request_, g, row_blocks, Tr::kKeys, kBlocksPerSm));
     const size_t slots = static_cast<size_t>(g.heads) * splits;
     KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
     KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));

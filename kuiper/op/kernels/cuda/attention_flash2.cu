@@ -890,7 +890,10 @@ class Flash2Attention final : public AttentionOp {
     const int units = g.kv_heads * head_groups;
     const int ctx = request_.graph_safe ? g.max_ctx : g.start + 1;
     int grid = request_.decode_splits;
-    if (grid <= 0) grid = sm_count() >= units ? sm_count() / units * units : sm_count();
+    if (grid <= 0) {
+      KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
+      grid = sms >= units ? sms / units * units : sms;
+    }
     grid = decode_blocks(static_cast<int64_t>(units) * ctx, std::min(grid, kMaxDecodeSplits), units);
     const size_t slots = static_cast<size_t>(g.heads) * grid;
     KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));

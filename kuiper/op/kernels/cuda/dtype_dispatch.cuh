@@ -1,17 +1,18 @@
 // What every CUDA kernel file shares: element conversions to and from fp32 (all arithmetic is
 // fp32) and the host-side switch from a runtime DataType to a kernel template argument, so each
-// kernel is written once as a template and instantiated per element type.
+// kernel is written once as a template and instantiated per element type. The GPU primitives
+// (reductions, PDL launch, per-device facts) are in primitives.cuh, included here for every
+// kernel file.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstdlib>
 #include <string>
-#include <utility>
 
 #include "kuiper/base/cuda_runtime.h"
 #include "kuiper/base/dtype.h"
+#include "kuiper/op/kernels/cuda/primitives.cuh"
 
 namespace kuiper::cuda {
 
@@ -40,17 +41,6 @@ __device__ __forceinline__ float load_as_float(const void* p, DataType t, int64_
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
 // Calls fn(TypeTag<T>{}) with T the CUDA type of a float dtype (fp32, fp16, bf16).
 template <typename Fn>
 Status visit_float(DataType t, Fn&& fn) {
@@ -72,60 +62,6 @@ Status visit_activation(DataType t, Fn&& fn) {
     default: return Status::Error(std::string("no CUDA kernel for activations of ") +
                                   dtype_name(t));
   }
-}
-
-inline unsigned blocks_for(int64_t n, int threads) {
-  return static_cast<unsigned>((n + threads - 1) / threads);
-}
-
-// Programmatic dependent launch (PDL, sm_90): a kernel launched by launch_pdl may start while the
-// previous kernel on the stream is still running. Before it reads anything that kernel writes
-// (or writes anything it reads) it must call grid_dependency_wait(), which returns once the
-// previous grid has completed and its memory is visible. grid_launch_dependents() lets the next
-// PDL kernel start early; every kernel here calls it only after its own wait, so when a kernel
-// starts, every kernel before the one just before it has finished: before its wait a kernel may
-// read what only those wrote (weights, older KV cache rows), and anything the kernel just before
-// may write only after the wait (or as a guess checked after it, as the flash2 decode does with
-// the position). Both are no-ops when the kernel was launched without PDL.
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void grid_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// PDL is on unless the environment sets KUIPER_NO_PDL (for A/B timing).
-inline bool pdl_enabled() {
-  static const bool enabled = std::getenv("KUIPER_NO_PDL") == nullptr;
-  return enabled;
-}
-
-// kernel<<<grid, block, smem, stream()>>>(args...) with PDL allowed; a failed launch is returned
-// (and cleared, so the next launch check does not report it again).
-template <typename... Params, typename... Args>
-Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                  const char* what, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream();
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
-  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  if (launched != cudaSuccess) {
-    (void)cudaGetLastError();
-    return check(launched, what);
-  }
-  return Status::Ok();
 }
 
 }  // namespace kuiper::cuda

@@ -229,9 +229,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Blocks of gemv_kernel<..., kUnroll> that fit on the GPU at once with `smem` bytes of x.
 template <typename TW, typename TX, typename TO, int kUnroll>
 Result<int64_t> gemv_fit(int64_t smem) {
-  static int sms = 0;
   static int64_t sizes[8] = {}, fits[8] = {};
-  if (sms == 0) KUIPER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
   for (int i = 0; i < 8; ++i) {
     if (sizes[i] == smem) return fits[i];
     if (sizes[i] == 0) {
@@ -259,15 +258,10 @@ Status launch_gemv(const GemvArgs& a) {
   if (smem > kMaxSmem) {
     return Status::Error("GEMV: K = " + std::to_string(a.K) + " does not fit in shared memory");
   }
-  // Past 48 KB (static shared memory included) a kernel must opt in; once per instantiation.
-  static bool raised = false;
-  if (smem > 40 * 1024 && !raised) {
-    for (const void* kernel : {reinterpret_cast<const void*>(gemv_kernel<TW, TX, TO, 8>),
-                               reinterpret_cast<const void*>(gemv_kernel<TW, TX, TO, 4>)}) {
-      KUIPER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kMaxSmem)));
-    }
-    raised = true;
+  // Past 48 KB (static shared memory included) a kernel must opt in.
+  if (smem > 40 * 1024) {
+    KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_kernel<TW, TX, TO, 8>>(kMaxSmem)));
+    KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_kernel<TW, TX, TO, 4>>(kMaxSmem)));
   }
   const int64_t groups = a.swiglu ? a.N : (a.N + 1) / 2;
   const int64_t blocks = (groups + kGemvWarps - 1) / kGemvWarps;

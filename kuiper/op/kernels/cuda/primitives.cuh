@@ -1,0 +1,176 @@
+// GPU primitives every CUDA kernel file may use: shuffle and block reductions, the type tag of
+// the dtype dispatch, per-device facts read once (SM count, the shared-memory opt-in) and the
+// launch with programmatic dependent launch (PDL).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "kuiper/base/cuda_runtime.h"
+
+namespace kuiper::cuda {
+
+// ---- reductions ----
+
+// Sum / max over aligned groups of kWidth lanes (xor shuffles never leave the group), so
+// sub-warp groups that each own one item reduce independently; every lane gets the result.
+template <int kWidth>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <int kWidth>
+__device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) { return group_sum<32>(v); }
+__device__ __forceinline__ float warp_max(float v) { return group_max<32>(v); }
+
+// Reduces one value per thread to a block-wide result that every thread receives. `shared`
+// holds kThreads / 32 floats; the leading barrier lets a block reuse it for the next reduction.
+template <int kThreads, bool kMax>
+__device__ float block_reduce(float v, float* shared) {
+  constexpr int kWarps = kThreads / 32;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < kWarps ? shared[lane] : (kMax ? -INFINITY : 0.0f);
+  return kMax ? warp_max(v) : warp_sum(v);
+}
+
+// ---- host: dispatch tags and per-device facts ----
+
+// Carries a CUDA element type through a generic lambda: fn(TypeTag<T>{}).
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+inline unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// A value computed once per device, on the first call by any thread made with that device
+// current; a failed computation is not kept, so the next call tries again.
+template <typename T>
+class PerDevice {
+ public:
+  static constexpr int kMaxDevices = 64;
+  template <typename Make>
+  Result<T> get(Make&& make) {
+    int device = 0;
+    KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < 0 || device >= kMaxDevices) {
+      return Status::Error("CUDA device " + std::to_string(device) + " beyond the " +
+                           std::to_string(kMaxDevices) + " supported");
+    }
+    Slot& slot = slots_[device];
+    if (slot.ready.load(std::memory_order_acquire)) return slot.value;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!slot.ready.load(std::memory_order_relaxed)) {
+      KUIPER_ASSIGN_OR_RETURN(slot.value, make());
+      slot.ready.store(true, std::memory_order_release);
+    }
+    return slot.value;
+  }
+
+ private:
+  struct Slot {
+    std::atomic<bool> ready{false};
+    T value{};
+  };
+  std::mutex mutex_;
+  Slot slots_[kMaxDevices];
+};
+
+// Multiprocessors of the current device.
+inline Result<int> sm_count() {
+  static PerDevice<int> count;
+  return count.get([]() -> Result<int> {
+    int device = 0, n = 0;
+    KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+    KUIPER_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    if (n <= 0) return Status::Error("CUDA device reports no multiprocessors");
+    return n;
+  });
+}
+
+// Raises kKernel's dynamic shared-memory limit to `bytes` (above 48 KB needs it), once per
+// device; later calls keep the first limit. The kernel is a template argument, not a
+// function-pointer parameter: instantiations that share a signature (flash1_kernel<float, 64>
+// and <float, 128>) must each get their own call.
+template <auto kKernel>
+Status allow_shared_memory(size_t bytes) {
+  static PerDevice<bool> raised;
+  return raised
+      .get([bytes]() -> Result<bool> {
+        KUIPER_CUDA_CHECK(cudaFuncSetAttribute(
+            kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+        return true;
+      })
+      .status();
+}
+
+// ---- programmatic dependent launch ----
+
+// Programmatic dependent launch (PDL, sm_90): a kernel launched by launch_pdl may start while the
+// previous kernel on the stream is still running. Before it reads anything that kernel writes
+// (or writes anything it reads) it must call grid_dependency_wait(), which returns once the
+// previous grid has completed and its memory is visible. grid_launch_dependents() lets the next
+// PDL kernel start early; every kernel here calls it only after its own wait, so when a kernel
+// starts, every kernel before the one just before it has finished: before its wait a kernel may
+// read what only those wrote (weights, older KV cache rows), and anything the kernel just before
+// may write only after the wait (or as a guess checked after it, as the flash2 decode does with
+// the position). Both are no-ops when the kernel was launched without PDL.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// PDL is on unless the environment sets KUIPER_NO_PDL (for A/B timing).
+inline bool pdl_enabled() {
+  static const bool enabled = std::getenv("KUIPER_NO_PDL") == nullptr;
+  return enabled;
+}
+
+// kernel<<<grid, block, smem, stream()>>>(args...) with PDL allowed; a failed launch is returned
+// (and cleared, so the next launch check does not report it again).
+template <typename... Params, typename... Args>
+Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  const char* what, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream();
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (launched != cudaSuccess) {
+    (void)cudaGetLastError();
+    return check(launched, what);
+  }
+  return Status::Ok();
+}
+
+}  // namespace kuiper::cuda
