@@ -29,7 +29,7 @@ Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
               double uniform, op::SampleWorkspace& workspace, Tensor& out);
 
-// Vision tower ops (kernels/cuda/vision_ops.cu).
+// Vision tower ops (kernels/cuda/vision_ops.cu; varlen_attention in attention/varlen_attention.cu).
 Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                  Tensor& out);
 Status gelu(const Tensor& x, op::GeluKind kind, Tensor& out);
