@@ -44,6 +44,18 @@ TEST(DataType, ParseNamesAndRejectUnknown) {
   EXPECT_NE(bad.status().message().find("fp8"), std::string::npos);
 }
 
+TEST(Result, StatusIsOkExactlyWhenThereIsAValue) {
+  Result<int> value = 3;
+  EXPECT_TRUE(value.ok());
+  EXPECT_TRUE(value.status().ok());  // `return r.status();` forwards success
+  Result<int> error = Status::Error("broken");
+  EXPECT_FALSE(error.ok());
+  EXPECT_EQ(error.status().message(), "broken");
+  Result<int> from_ok = Status::Ok();  // no value: an error, not a silent success
+  EXPECT_FALSE(from_ok.ok());
+  EXPECT_FALSE(from_ok.status().ok());
+}
+
 TEST(Tensor, RowsShareMemoryAndReshapeChecksCount) {
   Result<Tensor> t = Tensor::empty({4, 3}, DataType::kFp32);
   ASSERT_TRUE(t.ok());

@@ -31,12 +31,16 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// A value or the Status explaining why there is none.
+// A value or the Status explaining why there is none. status() is Ok exactly when there is a
+// value, so `return result.status();` forwards success as well as failure.
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT: must be an error
+  // From an error. An Ok status carries no value, so it becomes an error saying so.
+  Result(Status status)  // NOLINT: implicit by design
+      : status_(status.ok() ? Status::Error("a Result was made from an Ok status without a value")
+                            : std::move(status)) {}
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
   // Reading the value of an error is a programming error: it aborts with the message rather than
@@ -57,7 +61,7 @@ class [[nodiscard]] Result {
     }
   }
   std::optional<T> value_;
-  Status status_ = Status::Error("no value");
+  Status status_;
 };
 
 }  // namespace kuiper
