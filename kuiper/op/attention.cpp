@@ -65,7 +65,11 @@ Result<std::unique_ptr<AttentionOp>> make_backend_attention(const AttentionReque
 
 Result<std::unique_ptr<AttentionOp>> make_attention(const AttentionRequest& request) {
   Result<std::unique_ptr<AttentionOp>> op = make_backend_attention(request);
-  if (op.ok()) VLOG(1) << "attention: " << (*op)->name() << " (head_dim " << request.head_dim << ")";
+  if (op.ok()) {
+    VLOG(1) << "attention " << (request.phase == AttentionPhase::kPrefill ? "prefill" : "decode")
+            << ": " << (*op)->name() << " (" << dtype_name(request.dtype) << ", head_dim "
+            << request.head_dim << ")";
+  }
   return op;
 }
 
