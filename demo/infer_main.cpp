@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <gflags/gflags.h>
+#include <glog/logging.h>
 
 #include "demo/batch_mode.h"
 #include "demo/infer_options.h"
@@ -165,6 +166,8 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
 }  // namespace
 
 int infer_main(int argc, char** argv, Architecture family) {
+  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
+  google::InitGoogleLogging(argv[0]);
   const char* slash = std::strrchr(argv[0], '/');
   const std::string program = slash != nullptr ? slash + 1 : argv[0];
   gflags::SetUsageMessage(

@@ -5,10 +5,10 @@
 #   here:            bash deps.sh download DIR     (fills DIR with .deb files; run apt-get update first)
 #   on the GPU box:  source deps.sh install DIR    (unpacks them under /opt/deps, exports CMake/loader paths)
 PKGS="libgoogle-glog-dev libgoogle-glog0v6 libgflags-dev libgflags2.2 libunwind-dev libunwind8
-libsentencepiece-dev libsentencepiece0 libprotobuf-lite32 libutf8proc-dev libutf8proc2
+libutf8proc-dev libutf8proc2
 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libstb-dev libstb0
 libjpeg62-turbo-dev libjpeg62-turbo
-nlohmann-json3-dev libgtest-dev googletest libbenchmark-dev libcli11-dev
+nlohmann-json3-dev libgtest-dev googletest
 libedit-dev libedit2 libbsd0 libmd0"
 case "$1" in
   download)

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libgoogle-glog-dev libgflags-dev libgtest-dev
-          nlohmann-json3-dev libpcre2-dev libutf8proc-dev libstb-dev libjpeg62-turbo-dev libsentencepiece-dev
+          nlohmann-json3-dev libpcre2-dev libutf8proc-dev libstb-dev libjpeg62-turbo-dev
           libedit-dev python3-numpy)
 missing=()
 for p in "${packages[@]}"; do

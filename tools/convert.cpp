@@ -13,6 +13,7 @@
 #include <string>
 
 #include <gflags/gflags.h>
+#include <glog/logging.h>
 
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/model_file.h"
@@ -64,6 +65,8 @@ class ProgressPrinter {
 }  // namespace
 
 int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
+  google::InitGoogleLogging(argv[0]);
   gflags::SetUsageMessage(kUsage);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) return fail(std::string("unexpected argument '") + argv[1] + "'\nusage: " + kUsage);

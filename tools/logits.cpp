@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <gflags/gflags.h>
+#include <glog/logging.h>
 
 #include "kuiper/model/model.h"
 #include "kuiper/model/qwen3_vl_model.h"
@@ -158,6 +159,8 @@ Status run(const std::vector<std::string>& image_paths) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
+  google::InitGoogleLogging(argv[0]);
   gflags::SetUsageMessage(
       "kuiper-logits --model M.bin --tokens 1,2,3 --out logits.f32 [--device cpu|cuda] "
       "[--attention mha|flash1|flash2] [--decode] [--image a.png ...]");

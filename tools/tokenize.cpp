@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <gflags/gflags.h>
+#include <glog/logging.h>
 #include <nlohmann/json.hpp>
 
 #include "kuiper/model/model_file.h"
@@ -163,6 +164,8 @@ int bench(const Tokenizer& tokenizer) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
+  google::InitGoogleLogging(argv[0]);
   gflags::SetUsageMessage(kUsage);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (FLAGS_tokenizer.empty() == FLAGS_model.empty() || argc > 1) {

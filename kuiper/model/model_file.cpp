@@ -12,6 +12,8 @@
 #include <new>
 #include <unordered_map>
 
+#include <glog/logging.h>
+
 namespace kuiper {
 
 using nlohmann::json;
@@ -313,6 +315,9 @@ Result<std::shared_ptr<ModelFile>> ModelFile::open(const std::string& path) {
     }
   }
   mf->mapping_ = std::move(file.mapping);
+  VLOG(1) << path << ": " << arch << ", " << mf->config_.num_layers << " layers, hidden "
+          << mf->config_.hidden_size << ", " << mf->tensors_.size() << " tensors, " << size
+          << " bytes";
   return mf;
 }
 

@@ -1,5 +1,7 @@
 #include "kuiper/op/attention.h"
 
+#include <glog/logging.h>
+
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
 
 namespace kuiper::op {
@@ -41,7 +43,9 @@ class CpuAttention final : public AttentionOp {
 Result<std::unique_ptr<AttentionOp>> make_cuda_attention(const AttentionRequest& request);
 #endif
 
-Result<std::unique_ptr<AttentionOp>> make_attention(const AttentionRequest& request) {
+namespace {
+
+Result<std::unique_ptr<AttentionOp>> make_backend_attention(const AttentionRequest& request) {
   if (request.device == DeviceType::kCpu) {
     if (request.dtype != DataType::kFp32) {
       return Status::Error(std::string("attention on the CPU computes in fp32, not ") +
@@ -55,6 +59,18 @@ Result<std::unique_ptr<AttentionOp>> make_attention(const AttentionRequest& requ
 #else
   return Status::Error("this build of Kuiper has no CUDA support");
 #endif
+}
+
+}  // namespace
+
+Result<std::unique_ptr<AttentionOp>> make_attention(const AttentionRequest& request) {
+  Result<std::unique_ptr<AttentionOp>> op = make_backend_attention(request);
+  if (op.ok()) {
+    VLOG(1) << "attention " << (request.phase == AttentionPhase::kPrefill ? "prefill" : "decode")
+            << ": " << (*op)->name() << " (" << dtype_name(request.dtype) << ", head_dim "
+            << request.head_dim << ")";
+  }
+  return op;
 }
 
 }  // namespace kuiper::op

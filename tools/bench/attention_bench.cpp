@@ -1,0 +1,111 @@
+#include "tools/bench/attention_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "kuiper/op/attention.h"
+#include "kuiper/op/ops.h"
+#include "tools/bench/cost_model.h"
+#include "tools/bench/flags.h"
+#include "tools/bench/timing.h"
+
+namespace kuiper::bench {
+
+namespace {
+
+// One attention case: T queries at positions [L - T, L) over a cache of L keys. The K/V cache is
+// rotated through enough copies (at least 256 MB in all) that repeated calls cannot find it in
+// L2, as in a model step, where each layer reads its own cache.
+Result<json> bench_attention_case(const std::string& kind, DataType activation, bool decode,
+                                  int64_t L, int64_t T, double copy_gbs) {
+  const int64_t H = FLAGS_heads, KVH = FLAGS_kv_heads, D = FLAGS_head_dim;
+  kuiper::op::AttentionRequest request;
+  KUIPER_ASSIGN_OR_RETURN(request.kind, kuiper::parse_attention(kind));
+  request.phase = decode ? kuiper::op::AttentionPhase::kDecode : kuiper::op::AttentionPhase::kPrefill;
+  request.dtype = activation;
+  request.device = DeviceType::kCuda;
+  request.graph_safe = decode && FLAGS_cuda_graph;
+  request.head_dim = D;
+  request.decode_splits = FLAGS_decode_splits;
+  KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<kuiper::op::AttentionOp> op,
+                          kuiper::op::make_attention(request));
+  const int64_t start = L - T;
+  const size_t elem = kuiper::dtype_size(activation);
+  const double kv_bytes = 2.0 * L * KVH * D * elem;
+  const int copies = static_cast<int>(std::clamp(std::ceil(256e6 / kv_bytes), 1.0, 64.0));
+  std::vector<kuiper::op::AttentionArgs> args(static_cast<size_t>(copies));
+  Tensor q, out, position;
+  KUIPER_ASSIGN_OR_RETURN(q, Tensor::empty({T, H, D}, activation, DeviceType::kCuda));
+  KUIPER_ASSIGN_OR_RETURN(out, Tensor::empty({T, H, D}, activation, DeviceType::kCuda));
+  KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(q, 1, 1.0f, 0.0f));
+  KUIPER_ASSIGN_OR_RETURN(position, Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda));
+  const int32_t pos = static_cast<int32_t>(start);
+  KUIPER_RETURN_IF_ERROR(
+      kuiper::copy_bytes(position.raw(), DeviceType::kCuda, &pos, DeviceType::kCpu, 4));
+  for (int i = 0; i < copies; ++i) {
+    kuiper::op::AttentionArgs& a = args[static_cast<size_t>(i)];
+    a.q = q;
+    a.out = out;
+    KUIPER_ASSIGN_OR_RETURN(a.k_cache, Tensor::empty({L, KVH, D}, activation, DeviceType::kCuda));
+    KUIPER_ASSIGN_OR_RETURN(a.v_cache, Tensor::empty({L, KVH, D}, activation, DeviceType::kCuda));
+    KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(a.k_cache, 2 + 2 * i, 1.0f, 0.0f));
+    KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(a.v_cache, 3 + 2 * i, 1.0f, 0.0f));
+    a.start = start;
+    a.device_position = position;
+  }
+  // Graph-safe decode is timed as it runs in a model: replayed from a captured graph.
+  const bool graph = request.graph_safe && FLAGS_replay_graph;
+  KUIPER_ASSIGN_OR_RETURN(double seconds, time_on_stream(
+                                              [&](int i) {
+                                                return op->forward(args[static_cast<size_t>(i % copies)]);
+                                              },
+                                              graph));
+  const double flops = causal_attention_flops(H, D, start, T);
+  const double gbs = kv_bytes / seconds / 1e9, tflops = flops / seconds / 1e12;
+  return json{{"attention", kind},
+              {"kernel", op->name()},
+              {"phase", decode ? "decode" : "prefill"},
+              {"heads", H},
+              {"kv_heads", KVH},
+              {"head_dim", D},
+              {"kv_len", L},
+              {"queries", T},
+              {"kv_copies", copies},
+              {"timing", graph ? "graph replay" : "stream"},
+              {"us", seconds * 1e6},
+              {"kv_gb_s", gbs},
+              {"kv_pct_of_copy", 100.0 * gbs / copy_gbs},
+              {"flops", flops},
+              {"tflop_s", tflops},
+              {"pct_of_peak", 100.0 * tflops / FLAGS_peak_tflops}};
+}
+
+}  // namespace
+
+Result<json> bench_attention(const std::string& kind, DataType activation, double copy_gbs) {
+  json rows = json::array();
+  if (FLAGS_decode_kv_lens.empty() && FLAGS_causal_lens.empty()) {
+    const int64_t L = FLAGS_kv_len, P = std::min<int64_t>(FLAGS_prefill_len, L);
+    KUIPER_ASSIGN_OR_RETURN(json d, bench_attention_case(kind, activation, true, L, 1, copy_gbs));
+    rows.push_back(d);
+    KUIPER_ASSIGN_OR_RETURN(json p, bench_attention_case(kind, activation, false, L, P, copy_gbs));
+    rows.push_back(p);
+    return rows;
+  }
+  KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> kv_lens,
+                          split_lengths("decode-kv-lens", FLAGS_decode_kv_lens));
+  KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> causal, split_lengths("causal-lens", FLAGS_causal_lens));
+  for (int64_t L : kv_lens) {
+    KUIPER_ASSIGN_OR_RETURN(json r, bench_attention_case(kind, activation, true, L, 1, copy_gbs));
+    rows.push_back(r);
+  }
+  for (int64_t T : causal) {
+    KUIPER_ASSIGN_OR_RETURN(json r, bench_attention_case(kind, activation, false, T, T, copy_gbs));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+}  // namespace kuiper::bench

@@ -1,0 +1,48 @@
+#include "tools/bench/cost_model.h"
+
+namespace kuiper::bench {
+
+double layer_matrix_params(const kuiper::ModelConfig& c) {
+  const double H = c.hidden_size, I = c.intermediate_size;
+  return (H * c.q_dim() * 2 + H * c.kv_dim() * 2 + 3 * H * I) * c.num_layers;
+}
+
+double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context) {
+  const double H = c.hidden_size;
+  const double weights = (layer_matrix_params(c) + c.vocab_size * H + H) * elem;
+  const double kv = 2.0 * c.num_layers * c.kv_dim() * context * elem;
+  return weights + kv;
+}
+
+double weight_bytes(const kuiper::ModelConfig& c, size_t elem) {
+  const double H = c.hidden_size;
+  double per_layer = 2 * H;  // the two norms
+  if (c.qk_norm) per_layer += 2.0 * c.head_dim;
+  if (c.qkv_bias) per_layer += c.q_dim() + 2.0 * c.kv_dim();
+  const double embeddings = c.vocab_size * H * (c.tie_word_embeddings ? 1 : 2);
+  return (layer_matrix_params(c) + per_layer * c.num_layers + embeddings + H) * elem;
+}
+
+double kv_cache_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t max_context) {
+  return 2.0 * c.num_layers * static_cast<double>(max_context) * c.kv_dim() * elem;
+}
+
+double workspace_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t T) {
+  const double per_token = 8 + elem * (3.0 * c.hidden_size + 2.0 * c.q_dim() + 2.0 * c.kv_dim() +
+                                       2.0 * c.intermediate_size);
+  return per_token * static_cast<double>(T) + 4.0 * c.vocab_size;
+}
+
+double causal_attention_flops(int64_t heads, int64_t head_dim, int64_t start, int64_t T) {
+  const double keys = static_cast<double>(T) * static_cast<double>(start) +
+                      static_cast<double>(T) * static_cast<double>(T + 1) / 2.0;
+  return 4.0 * static_cast<double>(heads) * static_cast<double>(head_dim) * keys;
+}
+
+double prefill_flops(const kuiper::ModelConfig& c, int64_t T) {
+  return 2.0 * layer_matrix_params(c) * static_cast<double>(T) +
+         c.num_layers * causal_attention_flops(c.num_heads, c.head_dim, 0, T) +
+         2.0 * c.vocab_size * c.hidden_size;
+}
+
+}  // namespace kuiper::bench

@@ -1,0 +1,30 @@
+// The cost model the figures are judged by: bytes a decode step reads, bytes the model holds,
+// FLOPs of attention and of a prefill.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kuiper/model/config.h"
+
+namespace kuiper::bench {
+
+// Parameters of the matrices one token multiplies by (q/k/v/o, gate/up/down in every layer).
+double layer_matrix_params(const kuiper::ModelConfig& c);
+// Bytes one decode step must read: every weight matrix (the matrices are stored in the
+// activation dtype on the GPU), one embedding row, and the K and V cache rows so far.
+double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context);
+// Bytes of every weight as the GPU stores them (activation dtype).
+double weight_bytes(const kuiper::ModelConfig& c, size_t elem);
+double kv_cache_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t max_context);
+// Activations of a forward of T tokens (QwenModel's Workspace) plus one row of fp32 logits.
+double workspace_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t T);
+// FLOPs of causal attention for T queries starting at position `start` (query t sees
+// start + t + 1 keys): QK^T and PV, 2 flops per multiply-add each. Same count as
+// scripts/peer_bench.py uses for PyTorch.
+double causal_attention_flops(int64_t heads, int64_t head_dim, int64_t start, int64_t T);
+// FLOPs of a prefill of T tokens from position 0: every layer matrix for every token, attention
+// in every layer, and the lm_head for the last token only.
+double prefill_flops(const kuiper::ModelConfig& c, int64_t T);
+
+}  // namespace kuiper::bench

@@ -1,0 +1,113 @@
+#include "tools/bench/flags.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+DEFINE_string(config, "", "Hugging Face config.json: benchmark that shape with random weights");
+DEFINE_string(model, "", "Kuiper model file (.bin) to benchmark instead of --config");
+DEFINE_string(dtype, "fp16",
+              "fp16, bf16 or fp32 (bf16 weights run as fp16 activations with fp16 matrices)");
+DEFINE_int32(prompt, 512, "prompt (prefill) length in tokens");
+DEFINE_int32(gen, 128, "tokens generated after the prompt (after each context with --contexts)");
+DEFINE_string(attention, "flash2", "mha, flash1, flash2, or a comma-separated list");
+DEFINE_bool(cuda_graph, false, "decode through a captured CUDA graph");
+DEFINE_int32(repeat, 3, "timed runs per configuration; the median is reported");
+DEFINE_double(max_repeat_s, 5.0,
+              "stop repeating a measurement once its timed runs took this many seconds "
+              "(there is always at least one)");
+DEFINE_string(json, "",
+              "also write every measurement as JSON to FILE ('-': JSON on stdout instead of "
+              "the tables)");
+DEFINE_string(contexts, "",
+              "model mode: decode tok/s vs context; fill the KV cache to each of these "
+              "contexts (comma-separated) and time --gen decode steps there");
+DEFINE_string(prefill_lengths, "",
+              "model mode: prefill tok/s vs prompt length; one prefill of each of these "
+              "lengths (comma-separated) from position 0");
+DEFINE_int32(fill_chunk, 4096, "--contexts: tokens per forward call while filling the cache");
+DEFINE_int64(max_context, 0, "model mode: KV cache length in tokens; 0: what the runs need");
+DEFINE_double(max_fill_s, 180.0,
+              "--contexts: skip the remaining contexts of an attention kind once filling its "
+              "cache has taken this many seconds");
+DEFINE_double(max_prefill_s, 30.0,
+              "--prefill-lengths: skip a length (and the longer ones) when the previous "
+              "length's time, scaled by the square of the length ratio, exceeds this");
+DEFINE_double(peak_tflops, 989.4,
+              "compute ceiling for the percentages: dense fp16 tensor-core TFLOP/s (989.4 is "
+              "the H100 SXM datasheet figure)");
+DEFINE_bool(attention_only, false, "time the attention op alone");
+DEFINE_bool(matmul_only, false,
+            "time op::matmul alone for each weight shape of --config: the decode GEMV (T = 1, "
+            "GB/s of weights) and the prefill GEMM (T = --prompt, TFLOP/s)");
+DEFINE_int32(heads, 32, "attention-only: query heads");
+DEFINE_int32(kv_heads, 8, "attention-only: key/value heads");
+DEFINE_int32(head_dim, 128, "attention-only: head dimension");
+DEFINE_int32(kv_len, 4096, "attention-only: keys in the cache (context length)");
+DEFINE_int32(prefill_len, 512, "attention-only: queries of the prefill case (the last ones)");
+DEFINE_bool(replay_graph, true,
+            "attention-only with --cuda-graph: time the decode replayed from a captured graph "
+            "(false: launched on the stream)");
+DEFINE_int32(decode_splits, 0,
+             "attention-only: KV splits per kv head of split-KV decode (0: the kernel's choice)");
+DEFINE_string(decode_kv_lens, "",
+              "attention-only: decode (one query) at each of these kv lengths; with "
+              "--causal-lens, replaces the --kv-len/--prefill-len cases");
+DEFINE_string(causal_lens, "",
+              "attention-only: causal prefill of T queries over T keys from position 0 for "
+              "each of these T");
+
+namespace kuiper::bench {
+
+using nlohmann::json;
+
+Result<std::vector<std::string>> split_kinds(const std::string& list) {
+  std::vector<std::string> kinds;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!kuiper::parse_attention(item).ok()) return kuiper::parse_attention(item).status();
+    kinds.push_back(item);
+  }
+  if (kinds.empty()) return Status::Error("--attention: no kind given");
+  return kinds;
+}
+
+Result<std::vector<int64_t>> split_lengths(const std::string& flag, const std::string& list) {
+  std::vector<int64_t> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 1) {
+      return Status::Error("--" + flag + ": '" + item + "' is not a positive integer");
+    }
+    out.push_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Result<kuiper::ModelConfig> read_config() {
+  std::ifstream in(FLAGS_config);
+  if (!in) return Status::Error("--config: cannot open " + FLAGS_config);
+  json hf;
+  try {
+    in >> hf;
+  } catch (const std::exception& e) {
+    return Status::Error("--config: " + FLAGS_config + ": " + e.what());
+  }
+  return kuiper::ModelConfig::from_hf(hf);
+}
+
+}  // namespace kuiper::bench

@@ -1,0 +1,52 @@
+// kuiper-bench's command-line flags (defined in flags.cpp; README.md says what each does) and
+// the parsing of the list-valued ones.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gflags/gflags.h>
+
+#include "kuiper/base/status.h"
+#include "kuiper/model/config.h"
+
+DECLARE_string(config);
+DECLARE_string(model);
+DECLARE_string(dtype);
+DECLARE_int32(prompt);
+DECLARE_int32(gen);
+DECLARE_string(attention);
+DECLARE_bool(cuda_graph);
+DECLARE_int32(repeat);
+DECLARE_double(max_repeat_s);
+DECLARE_string(json);
+DECLARE_string(contexts);
+DECLARE_string(prefill_lengths);
+DECLARE_int32(fill_chunk);
+DECLARE_int64(max_context);
+DECLARE_double(max_fill_s);
+DECLARE_double(max_prefill_s);
+DECLARE_double(peak_tflops);
+DECLARE_bool(attention_only);
+DECLARE_bool(matmul_only);
+DECLARE_int32(heads);
+DECLARE_int32(kv_heads);
+DECLARE_int32(head_dim);
+DECLARE_int32(kv_len);
+DECLARE_int32(prefill_len);
+DECLARE_bool(replay_graph);
+DECLARE_int32(decode_splits);
+DECLARE_string(decode_kv_lens);
+DECLARE_string(causal_lens);
+
+namespace kuiper::bench {
+
+// "mha,flash2" -> {"mha", "flash2"}; every item must be an attention kind.
+Result<std::vector<std::string>> split_kinds(const std::string& list);
+// "512,4096" -> {512, 4096}, sorted; every value must be a positive integer.
+Result<std::vector<int64_t>> split_lengths(const std::string& flag, const std::string& list);
+// The model shape of --config (a Hugging Face config.json).
+Result<ModelConfig> read_config();
+
+}  // namespace kuiper::bench

@@ -1,0 +1,60 @@
+#include "tools/bench/matmul_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kuiper/op/ops.h"
+#include "tools/bench/flags.h"
+#include "tools/bench/timing.h"
+
+namespace kuiper::bench {
+
+Result<json> bench_matmul(DataType activation, double copy_gbs) {
+  KUIPER_ASSIGN_OR_RETURN(kuiper::ModelConfig c, read_config());
+  struct Shape {
+    const char* name;
+    int64_t N, K;
+  };
+  const Shape shapes[] = {{"q_proj", c.q_dim(), c.hidden_size},
+                          {"k_proj/v_proj", c.kv_dim(), c.hidden_size},
+                          {"o_proj", c.hidden_size, c.q_dim()},
+                          {"gate/up_proj", c.intermediate_size, c.hidden_size},
+                          {"down_proj", c.hidden_size, c.intermediate_size},
+                          {"lm_head", c.vocab_size, c.hidden_size}};
+  const size_t elem = kuiper::dtype_size(activation);
+  json rows = json::array();
+  for (const Shape& s : shapes) {
+    const double bytes = static_cast<double>(s.N) * s.K * elem;
+    const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / bytes)));
+    std::vector<Tensor> weights;
+    for (int i = 0; i < copies; ++i) {
+      KUIPER_ASSIGN_OR_RETURN(Tensor w, Tensor::empty({s.N, s.K}, activation, DeviceType::kCuda));
+      KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(w, 10 + i, 0.02f, 0.0f));
+      weights.push_back(w);
+    }
+    json row{{"shape", s.name}, {"N", s.N}, {"K", s.K}};
+    for (int64_t T : {int64_t{1}, static_cast<int64_t>(FLAGS_prompt)}) {
+      KUIPER_ASSIGN_OR_RETURN(Tensor x, Tensor::empty({T, s.K}, activation, DeviceType::kCuda));
+      KUIPER_ASSIGN_OR_RETURN(Tensor out, Tensor::empty({T, s.N}, activation, DeviceType::kCuda));
+      KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(x, 5, 1.0f, 0.0f));
+      KUIPER_ASSIGN_OR_RETURN(double seconds, time_on_stream([&](int i) {
+                                return kuiper::op::matmul(x, weights[i % copies], nullptr, out);
+                              }));
+      if (T == 1) {
+        row["decode_us"] = seconds * 1e6;
+        row["decode_gb_s"] = bytes / seconds / 1e9;
+        row["decode_pct_of_copy"] = 100.0 * bytes / seconds / 1e9 / copy_gbs;
+      } else {
+        row["prefill_tokens"] = T;
+        row["prefill_us"] = seconds * 1e6;
+        row["prefill_tflop_s"] = 2.0 * T * s.N * s.K / seconds / 1e12;
+        row["prefill_pct_of_peak"] = 100.0 * row["prefill_tflop_s"].get<double>() / FLAGS_peak_tflops;
+      }
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace kuiper::bench

@@ -1,0 +1,14 @@
+// Matmul-only mode: op::matmul alone on the config's weight shapes.
+#pragma once
+
+#include "kuiper/base/dtype.h"
+#include "tools/bench/report.h"
+
+namespace kuiper::bench {
+
+// Each distinct weight shape of the config through op::matmul. Decode cycles through enough
+// copies of the weight that it cannot sit in L2, as in a real step where every matrix is read
+// once.
+Result<json> bench_matmul(DataType activation, double copy_gbs);
+
+}  // namespace kuiper::bench
