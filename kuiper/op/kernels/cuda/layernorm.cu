@@ -1,18 +1,14 @@
-// CUDA kernels of the vision tower: LayerNorm, GELU and the 2-D rotary embedding. Activations
-// fp32 or fp16, arithmetic fp32.
+// Row-wise LayerNorm (the vision tower's). Activations fp32 or fp16, arithmetic fp32.
 #include <cmath>
 
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
-#include "kuiper/op/kernels/rope_2d_freq.h"
 
 namespace kuiper::cuda {
 
 namespace {
 
 constexpr int kBlockThreads = 256;
-
-// ---- LayerNorm ----
 
 // Sum of v over the kThreadsPerRow threads of a row (a warp, or the whole block). `partial`
 // holds one float per warp of the row; the barrier at the end lets it be reused at once.
@@ -79,50 +75,6 @@ Status launch_layernorm(const Tensor& x, const Tensor& weight, const Tensor& bia
   return Status::Ok();
 }
 
-// ---- GELU ----
-
-template <typename TX, bool kTanh>
-__global__ void gelu_kernel(const TX* x, TX* out, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float v = to_float(x[i]);
-  float y;
-  if constexpr (kTanh) {
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    y = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-  } else {
-    y = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
-  }
-  out[i] = from_float<TX>(y);
-}
-
-// ---- 2-D rotary embedding ----
-
-constexpr int kMaxQuarterDim = 128;  // head_dim up to 512
-
-struct Rope2dFreq {
-  float v[kMaxQuarterDim];
-};
-
-// One block per (token, head), one thread per rotated pair.
-template <typename TX>
-__global__ void rope_2d_kernel(TX* x, const int32_t* __restrict__ positions, Rope2dFreq freq,
-                               int heads, int half) {
-  const int64_t t = blockIdx.x / heads;
-  const float row = static_cast<float>(positions[2 * t]);
-  const float col = static_cast<float>(positions[2 * t + 1]);
-  const int quarter = half / 2;
-  TX* v = x + static_cast<int64_t>(blockIdx.x) * 2 * half;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = i < quarter ? row * freq.v[i] : col * freq.v[i - quarter];
-    float s, c;
-    sincosf(angle, &s, &c);
-    const float a = to_float(v[i]), b = to_float(v[i + half]);
-    v[i] = from_float<TX>(a * c - b * s);
-    v[i + half] = from_float<TX>(b * c + a * s);
-  }
-}
-
 }  // namespace
 
 Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
@@ -144,40 +96,4 @@ Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, doub
   });
 }
 
-Status gelu(const Tensor& x, op::GeluKind kind, Tensor& out) {
-  const int64_t n = x.numel();
-  if (n == 0) return Status::Ok();
-  return visit_activation(x.dtype(), [&](auto tag) {
-    using TX = typename decltype(tag)::type;
-    if (kind == op::GeluKind::kTanh) {
-      gelu_kernel<TX, true><<<blocks_for(n, kBlockThreads), kBlockThreads, 0, stream()>>>(
-          x.data<TX>(), out.data<TX>(), n);
-    } else {
-      gelu_kernel<TX, false><<<blocks_for(n, kBlockThreads), kBlockThreads, 0, stream()>>>(
-          x.data<TX>(), out.data<TX>(), n);
-    }
-    KUIPER_CUDA_CHECK_LAUNCH("gelu kernel");
-    return Status::Ok();
-  });
-}
-
-Status rope_2d(Tensor& x, const Tensor& positions, double theta) {
-  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2, quarter = d / 4;
-  if (quarter > kMaxQuarterDim) {
-    return Status::Error("rope_2d: head_dim " + std::to_string(d) + " exceeds the CUDA kernel's " +
-                         std::to_string(4 * kMaxQuarterDim));
-  }
-  if (T == 0) return Status::Ok();
-  Rope2dFreq freq{};
-  for (int64_t j = 0; j < quarter; ++j) freq.v[j] = rope_2d_inv_freq(theta, d, j);
-  const int threads = static_cast<int>(std::min<int64_t>(256, (half + 31) / 32 * 32));
-  return visit_activation(x.dtype(), [&](auto tag) {
-    using TX = typename decltype(tag)::type;
-    rope_2d_kernel<TX><<<static_cast<unsigned>(T * heads), threads, 0, stream()>>>(
-        x.data<TX>(), positions.data<int32_t>(), freq, static_cast<int>(heads),
-        static_cast<int>(half));
-    KUIPER_CUDA_CHECK_LAUNCH("rope_2d kernel");
-    return Status::Ok();
-  });
-}
 }  // namespace kuiper::cuda
