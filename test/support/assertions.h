@@ -13,6 +13,13 @@
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message(); \
   } while (0)
 
+// Fails the test, and goes on, with the message of a failed Status.
+#define EXPECT_OK(expr)                                    \
+  do {                                                     \
+    const ::kuiper::Status s_ = (expr);                    \
+    EXPECT_TRUE(s_.ok()) << #expr << ": " << s_.message(); \
+  } while (0)
+
 // GPU tests skip, saying why, where there is no GPU (CI) or the build has no CUDA.
 #define SKIP_WITHOUT_CUDA()       \
   if (!::kuiper::cuda_available()) \
