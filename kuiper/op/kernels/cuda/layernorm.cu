@@ -11,21 +11,14 @@ namespace {
 constexpr int kBlockThreads = 256;
 
 // Sum of v over the kThreadsPerRow threads of a row (a warp, or the whole block). `partial`
-// holds one float per warp of the row; the barrier at the end lets it be reused at once.
+// holds one float per warp of the row; block_reduce's leading barrier lets it be reused at once.
 template <int kThreadsPerRow>
 __device__ __forceinline__ float row_sum(float v, float* partial) {
-  v = warp_sum(v);
   if constexpr (kThreadsPerRow > 32) {
-    constexpr int kWarps = kThreadsPerRow / 32;
-    const int tid = threadIdx.x % kThreadsPerRow;
-    if (tid % 32 == 0) partial[tid / 32] = v;
-    __syncthreads();
-    v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) v += partial[w];
-    __syncthreads();
+    return block_reduce<kThreadsPerRow, false>(v, partial);
+  } else {
+    return warp_sum(v);
   }
-  return v;
 }
 
 // Two passes over the row (mean, then the squared deviations), as the CPU reference: a wide
