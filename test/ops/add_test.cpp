@@ -9,12 +9,17 @@
 namespace kuiper::test {
 namespace {
 
-TEST(Add, CpuIsTheElementwiseSum) {
-  Tensor a = random_tensor({4, 6}, 7, DataType::kFp32, 4.0f), b = random_tensor({4, 6}, 8);
-  Tensor out = poisoned({4, 6}, DataType::kFp32);
-  ASSERT_OK(op::add(a, b, out));
-  for (int i = 0; i < 24; ++i) {
-    EXPECT_FLOAT_EQ(out.data<float>()[i], a.data<float>()[i] + b.data<float>()[i]);
+// Also in place, as the residual stream adds into itself.
+TEST(Add, CpuIsTheElementwiseSumAlsoInPlace) {
+  const Tensor a = random_tensor({4, 6}, 7, DataType::kFp32, 4.0f), b = random_tensor({4, 6}, 8);
+  Tensor sum = poisoned({4, 6}, DataType::kFp32),
+         acc = upload(a, DataType::kFp32, DeviceType::kCpu);
+  ASSERT_OK(op::add(a, b, sum));
+  ASSERT_OK(op::add(acc, b, acc));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const float want = a.data<float>()[i] + b.data<float>()[i];
+    EXPECT_EQ(sum.data<float>()[i], want);
+    EXPECT_EQ(acc.data<float>()[i], want);
   }
 }
 

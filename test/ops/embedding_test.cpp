@@ -22,10 +22,10 @@ std::vector<OpCase> embedding_cases() {
   std::vector<OpCase> cases;
   for (DataType table : kFloatTypes) {
     for (DataType act : kActivations) {
-      cases.push_back({std::string("embedding table=") + dtype_name(table) + " out=" +
-                           dtype_name(act),
-                       {in({V, H}, table), ints({0, 36, 5, 5, 17}, {T}), out({T, H}, act)},
-                       [](std::vector<Tensor>& a) { return op::embedding(a[0], a[1], a[2]); }});
+      cases.push_back(
+          {std::string("embedding table=") + dtype_name(table) + " out=" + dtype_name(act),
+           {in({V, H}, table), ints({0, 36, 5, 5, 17}, {T}), out({T, H}, act)},
+           [](std::vector<Tensor>& a) { return op::embedding(a[0], a[1], a[2]); }});
     }
   }
   return cases;

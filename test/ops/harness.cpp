@@ -70,12 +70,16 @@ OpArg ints(std::vector<int32_t> values, std::vector<int64_t> shape) {
   return a;
 }
 
-double tolerance(DataType dtype) {
+double Tolerance::of(DataType dtype) const {
   switch (dtype) {
-    case DataType::kFp32: return 2e-5;
-    case DataType::kFp16: return 2e-3;
-    case DataType::kBf16: return 1.6e-2;
-    default: return 0.0;
+    case DataType::kFp32:
+      return fp32;
+    case DataType::kFp16:
+      return fp16;
+    case DataType::kBf16:
+      return bf16;
+    default:
+      return 0.0;
   }
 }
 
@@ -91,9 +95,7 @@ void expect_backend_matches_cpu(const std::vector<OpCase>& cases, DeviceType dev
     for (size_t i = 0; i < c.args.size(); ++i) {
       if (c.args[i].role == Role::kIn) continue;
       const OpArg& a = c.args[i];
-      const double allowed = a.tolerance >= 0   ? a.tolerance
-                             : c.tolerance >= 0 ? c.tolerance
-                                                : tolerance(a.dtype);
+      const double allowed = a.tolerance >= 0 ? a.tolerance : c.tolerance.of(a.dtype);
       const Difference d = compare(got[i], ref[i]);
       EXPECT_EQ(d.non_finite, 0) << "argument " << i << ": elements left unwritten (NaN)";
       EXPECT_LE(d.rel, allowed) << "argument " << i << " (" << got[i].describe()

@@ -28,35 +28,39 @@ struct OpArg {
   std::vector<int64_t> shape;
   DataType dtype = DataType::kFp32;  // on the backend under test
   Role role = Role::kIn;
-  float scale = 1.0f;   // float values: offset + scale * u, u uniform in [-1, 1)
+  float scale = 1.0f;  // float values: offset + scale * u, u uniform in [-1, 1)
   float offset = 0.0f;
   std::vector<int32_t> ints;  // int32 arguments: these values (ids, positions, bounds)
   // Changes the fp32 values after they are drawn and before they are rounded to dtype (a
   // planted maximum, say).
   std::function<void(float* values, int64_t n)> plant;
-  double tolerance = -1.0;  // >= 0: this argument's own (0 for a copy), before the case's
+  double tolerance = -1.0;  // >= 0: this argument's own (0 for a copy) instead of the case's
 };
 
 // The argument helpers the cases are written with.
 OpArg in(std::vector<int64_t> shape, DataType dtype, float scale = 1.0f, float offset = 0.0f);
 OpArg out(std::vector<int64_t> shape, DataType dtype);
-OpArg in_out(std::vector<int64_t> shape, DataType dtype, float scale = 1.0f,
-             float offset = 0.0f);
+OpArg in_out(std::vector<int64_t> shape, DataType dtype, float scale = 1.0f, float offset = 0.0f);
 OpArg ints(std::vector<int32_t> values, std::vector<int64_t> shape);
+
+// The max |out - ref| / max |ref| allowed for a written argument, by its dtype. By default fp32
+// results agree to rounding and accumulation order, and 16-bit results carry one rounding to
+// their type (fp16 2^-11, bf16 2^-8) and some fp32 accumulation-order noise on top; int32
+// results (indices) must be equal.
+struct Tolerance {
+  double fp32 = 2e-5;
+  double fp16 = 2e-3;
+  double bf16 = 1.6e-2;
+  double of(DataType dtype) const;
+};
 
 struct OpCase {
   std::string name;  // the op and what varies: "rmsnorm [7,133] w=bf16 x=fp16 in place"
   std::vector<OpArg> args;
   // Calls the op on the arguments, all on one device, in the order of `args`.
   std::function<Status(std::vector<Tensor>& args)> run;
-  // max |out - ref| / max |ref| allowed for each written argument; < 0: tolerance(its dtype).
-  double tolerance = -1.0;
+  Tolerance tolerance;
 };
-
-// fp32 results agree to rounding and accumulation order; 16-bit results carry one rounding to
-// their type (fp16 2^-11, bf16 2^-8) and some fp32 accumulation-order noise on top; int32
-// results (indices) must be equal.
-double tolerance(DataType dtype);
 
 // Runs every case on `device` and on the CPU reference and compares what they write.
 void expect_backend_matches_cpu(const std::vector<OpCase>& cases, DeviceType device);
@@ -67,11 +71,11 @@ void expect_backend_matches_cpu(const std::vector<OpCase>& cases, DeviceType dev
 // where there is none; Suite.CasesRunOnCpu runs them on the CPU against itself, so that CI
 // without a GPU still checks that every case is well formed and the reference writes every
 // output.
-#define KUIPER_OP_BACKEND_TEST(Suite, cases)                                              \
-  TEST(Suite, CudaMatchesCpu) {                                                           \
-    SKIP_WITHOUT_CUDA();                                                                  \
-    ::kuiper::test::expect_backend_matches_cpu(cases(), ::kuiper::DeviceType::kCuda);     \
-  }                                                                                       \
-  TEST(Suite, CasesRunOnCpu) {                                                            \
-    ::kuiper::test::expect_backend_matches_cpu(cases(), ::kuiper::DeviceType::kCpu);      \
+#define KUIPER_OP_BACKEND_TEST(Suite, cases)                                          \
+  TEST(Suite, CudaMatchesCpu) {                                                       \
+    SKIP_WITHOUT_CUDA();                                                              \
+    ::kuiper::test::expect_backend_matches_cpu(cases(), ::kuiper::DeviceType::kCuda); \
+  }                                                                                   \
+  TEST(Suite, CasesRunOnCpu) {                                                        \
+    ::kuiper::test::expect_backend_matches_cpu(cases(), ::kuiper::DeviceType::kCpu);  \
   }

@@ -54,18 +54,20 @@ std::vector<OpCase> layernorm_cases() {
   for (int64_t D : {100, 128, 512, 1024, 4608}) {
     for (DataType w : kFloatTypes) {
       for (DataType act : kActivations) {
-        const std::string name = "layernorm D " + std::to_string(D) + " w=" + dtype_name(w) +
-                                 " x=" + dtype_name(act);
-        OpCase c{name,
-                 {in({R, D}, act, 2.0f, 1.0f), in({D}, w, 0.5f, 1.0f), in({D}, w, 0.5f),
-                  out({R, D}, act)},
-                 [](std::vector<Tensor>& a) { return op::layernorm(a[0], a[1], a[2], 1e-6, a[3]); }};
-        c.tolerance = act == DataType::kFp32 ? 2e-5 : 3e-3;
-        cases.push_back(c);
-        c.name = name + " in place";
-        c.args = {in_out({R, D}, act, 2.0f, 1.0f), in({D}, w, 0.5f, 1.0f), in({D}, w, 0.5f)};
-        c.run = [](std::vector<Tensor>& a) { return op::layernorm(a[0], a[1], a[2], 1e-6, a[0]); };
-        cases.push_back(c);
+        const std::string name =
+            "layernorm D " + std::to_string(D) + " w=" + dtype_name(w) + " x=" + dtype_name(act);
+        const Tolerance tolerance{2e-5, 3e-3};
+        cases.push_back(
+            {name,
+             {in({R, D}, act, 2.0f, 1.0f), in({D}, w, 0.5f, 1.0f), in({D}, w, 0.5f),
+              out({R, D}, act)},
+             [](std::vector<Tensor>& a) { return op::layernorm(a[0], a[1], a[2], 1e-6, a[3]); },
+             tolerance});
+        cases.push_back(
+            {name + " in place",
+             {in_out({R, D}, act, 2.0f, 1.0f), in({D}, w, 0.5f, 1.0f), in({D}, w, 0.5f)},
+             [](std::vector<Tensor>& a) { return op::layernorm(a[0], a[1], a[2], 1e-6, a[0]); },
+             tolerance});
       }
     }
   }

@@ -51,8 +51,8 @@ struct Shape {
 std::vector<OpCase> matmul_cases() {
   // T == 1 takes the GEMV (vectorised when K fits 16-byte loads, scalar for odd K); T > 1 takes
   // cuBLAS for like types and the tiled kernel for mixed ones.
-  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45}, {1, 4096, 129}, {2, 256, 128},
-                          {17, 67, 45},   {33, 512, 257}};
+  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},  {1, 4096, 129},
+                          {2, 256, 128},  {17, 67, 45}, {33, 512, 257}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {
@@ -60,20 +60,18 @@ std::vector<OpCase> matmul_cases() {
         std::vector<DataType> outs = {act};
         if (act != DataType::kFp32) outs.push_back(DataType::kFp32);  // fp32 logits from fp16
         for (DataType o : outs) {
-          const std::string name = "matmul " + s.name() + " x=" + dtype_name(act) + " w=" +
-                                   dtype_name(w) + " out=" + dtype_name(o);
+          const std::string name = "matmul " + s.name() + " x=" + dtype_name(act) +
+                                   " w=" + dtype_name(w) + " out=" + dtype_name(o);
           const float w_scale = 1.0f / std::sqrt(static_cast<float>(s.K));
-          cases.push_back({name,
-                           {in({s.T, s.K}, act), in({s.N, s.K}, w, w_scale), out({s.T, s.N}, o)},
-                           [](std::vector<Tensor>& a) {
-                             return op::matmul(a[0], a[1], nullptr, a[2]);
-                           }});
-          cases.push_back({name + " +bias",
-                           {in({s.T, s.K}, act), in({s.N, s.K}, w, w_scale), out({s.T, s.N}, o),
-                            in({s.N}, w, 0.5f)},
-                           [](std::vector<Tensor>& a) {
-                             return op::matmul(a[0], a[1], &a[3], a[2]);
-                           }});
+          cases.push_back(
+              {name,
+               {in({s.T, s.K}, act), in({s.N, s.K}, w, w_scale), out({s.T, s.N}, o)},
+               [](std::vector<Tensor>& a) { return op::matmul(a[0], a[1], nullptr, a[2]); }});
+          cases.push_back(
+              {name + " +bias",
+               {in({s.T, s.K}, act), in({s.N, s.K}, w, w_scale), out({s.T, s.N}, o),
+                in({s.N}, w, 0.5f)},
+               [](std::vector<Tensor>& a) { return op::matmul(a[0], a[1], &a[3], a[2]); }});
         }
       }
     }
@@ -87,8 +85,8 @@ KUIPER_OP_BACKEND_TEST(Matmul, matmul_cases)
 // N, every weight type, with and without bias. Arguments: x, w, bias, norm weight, out.
 std::vector<OpCase> linear_cases() {
   // 6144 rows make between one and two SM-fuls of GEMV blocks on an H100 (the 4-load form).
-  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},  {1, 4096, 129}, {1, 12288, 64},
-                          {1, 512, 6144}, {5, 256, 96}};
+  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129},
+                          {1, 12288, 64}, {1, 512, 6144}, {5, 256, 96}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {
@@ -97,26 +95,25 @@ std::vector<OpCase> linear_cases() {
           const bool swiglu = form == 1, residual = form == 2;
           for (bool with_bias : {false, true}) {
             const int64_t rows = swiglu ? 2 * s.N : s.N;
-            OpCase c{"linear " + s.name() + " x=" + dtype_name(act) + " w=" + dtype_name(w) +
-                         (residual ? " residual" : " norm") + (swiglu ? " swiglu" : "") +
-                         (with_bias ? " +bias" : ""),
-                     {in({s.T, s.K}, act, 2.0f),
-                      in({rows, s.K}, w, 1.0f / std::sqrt(static_cast<float>(s.K))),
-                      in({rows}, w, 0.5f), in({s.K}, w, 0.5f, 1.0f),
-                      residual ? in_out({s.T, s.N}, act) : out({s.T, s.N}, act)},
-                     [=](std::vector<Tensor>& a) {
-                       op::LinearOptions o;
-                       o.norm = residual ? nullptr : &a[3];
-                       o.eps = 1e-6;
-                       o.bias = with_bias ? &a[2] : nullptr;
-                       o.swiglu = swiglu;
-                       o.residual = residual;
-                       return op::linear(a[0], a[1], o, a[4]);
-                     }};
             // fp16: the GPU rounds the products (and the gate/up pair, the residual sum) to fp16
             // where the unfused ops store them; the CPU reference computes in fp32.
-            c.tolerance = act == DataType::kFp32 ? 1e-4 : 4e-3;
-            cases.push_back(c);
+            cases.push_back({"linear " + s.name() + " x=" + dtype_name(act) +
+                                 " w=" + dtype_name(w) + (residual ? " residual" : " norm") +
+                                 (swiglu ? " swiglu" : "") + (with_bias ? " +bias" : ""),
+                             {in({s.T, s.K}, act, 2.0f),
+                              in({rows, s.K}, w, 1.0f / std::sqrt(static_cast<float>(s.K))),
+                              in({rows}, w, 0.5f), in({s.K}, w, 0.5f, 1.0f),
+                              residual ? in_out({s.T, s.N}, act) : out({s.T, s.N}, act)},
+                             [=](std::vector<Tensor>& a) {
+                               op::LinearOptions o;
+                               o.norm = residual ? nullptr : &a[3];
+                               o.eps = 1e-6;
+                               o.bias = with_bias ? &a[2] : nullptr;
+                               o.swiglu = swiglu;
+                               o.residual = residual;
+                               return op::linear(a[0], a[1], o, a[4]);
+                             },
+                             {1e-4, 4e-3}});
           }
         }
       }

@@ -103,16 +103,15 @@ std::vector<OpCase> mrope_cases() {
   std::vector<OpCase> cases;
   for (DataType act : kActivations) {
     for (int64_t d : {64, 128}) {
-      const std::vector<int64_t> sections =
-          d == 64 ? kSections : std::vector<int64_t>{24, 20, 20};
+      const std::vector<int64_t> sections = d == 64 ? kSections : std::vector<int64_t>{24, 20, 20};
       const int64_t T = 37;
       std::vector<int32_t> pos(static_cast<size_t>(3 * T));
       for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>((i * 7919) % 5000);
-      OpCase c{"mrope head_dim " + std::to_string(d) + " " + dtype_name(act),
-               {in_out({T, 5, d}, act), ints(pos, {3, T})},
-               [sections](std::vector<Tensor>& a) { return op::mrope(a[0], a[1], 5e6, sections); }};
-      c.tolerance = act == DataType::kFp32 ? 1e-5 : 2e-3;
-      cases.push_back(c);
+      cases.push_back(
+          {"mrope head_dim " + std::to_string(d) + " " + dtype_name(act),
+           {in_out({T, 5, d}, act), ints(pos, {3, T})},
+           [sections](std::vector<Tensor>& a) { return op::mrope(a[0], a[1], 5e6, sections); },
+           {1e-5, 2e-3}});
     }
   }
   return cases;

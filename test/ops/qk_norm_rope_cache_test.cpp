@@ -20,7 +20,8 @@ TEST(QkNormRopeCache, CpuTakesRotaryPositionsApart) {
   const Tensor pos = int_tensor(cache_rows, {T}), rot = int_tensor({100, 7}, {T});
   Tensor q = random_tensor({T, H, d}, 40), k = random_tensor({T, 1, d}, 41);
   Tensor v = random_tensor({T, d}, 42);
-  Tensor kc = *Tensor::empty({rows, d}, DataType::kFp32), vc = *Tensor::empty({rows, d}, DataType::kFp32);
+  Tensor kc = *Tensor::empty({rows, d}, DataType::kFp32),
+         vc = *Tensor::empty({rows, d}, DataType::kFp32);
   std::fill(kc.data<float>(), kc.data<float>() + kc.numel(), 0.0f);
   std::fill(vc.data<float>(), vc.data<float>() + vc.numel(), 0.0f);
   Tensor rq = *q.to(DeviceType::kCpu), rk = *k.to(DeviceType::kCpu);
@@ -43,8 +44,8 @@ TEST(QkNormRopeCache, RefusesHostCacheRowsOutsideTheCache) {
   Tensor q = random_tensor({1, 2, 8}, 43), k = random_tensor({1, 1, 8}, 44);
   Tensor v = random_tensor({1, 8}, 45);
   Tensor kc = random_tensor({4, 8}, 46), vc = random_tensor({4, 8}, 47);
-  const Status s = op::qk_norm_rope_cache(q, k, v, nullptr, nullptr, 1e-6, int_tensor({4}, {1}),
-                                          1e6, kc, vc);
+  const Status s =
+      op::qk_norm_rope_cache(q, k, v, nullptr, nullptr, 1e-6, int_tensor({4}, {1}), 1e6, kc, vc);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("outside"), std::string::npos) << s.message();
 }
@@ -68,8 +69,8 @@ std::vector<OpCase> qk_norm_rope_cache_cases() {
                      return op::qk_norm_rope_cache(a[0], a[1], a[2], with_norm ? &a[3] : nullptr,
                                                    with_norm ? &a[4] : nullptr, 1e-6, a[5], 1e6,
                                                    a[6], a[7], apart ? &a[8] : nullptr);
-                   }};
-          c.tolerance = act == DataType::kFp32 ? 1e-5 : 2e-3;
+                   },
+                   {1e-5, 2e-3}};
           c.args[7].tolerance = 0.0;  // v rows are copied
           cases.push_back(c);
         }

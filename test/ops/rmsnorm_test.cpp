@@ -33,14 +33,16 @@ std::vector<OpCase> rmsnorm_cases() {
   for (const auto& shape : shapes) {
     for (DataType w : kFloatTypes) {
       for (DataType act : kActivations) {
-        const std::string name = "rmsnorm " + shape_string(shape) + " w=" + dtype_name(w) +
-                                 " x=" + dtype_name(act);
-        cases.push_back({name,
-                         {in(shape, act, 2.0f), in({shape.back()}, w, 0.5f, 1.0f), out(shape, act)},
-                         [](std::vector<Tensor>& a) { return op::rmsnorm(a[0], a[1], 1e-6, a[2]); }});
-        cases.push_back({name + " in place",
-                         {in_out(shape, act, 2.0f), in({shape.back()}, w, 0.5f, 1.0f)},
-                         [](std::vector<Tensor>& a) { return op::rmsnorm(a[0], a[1], 1e-6, a[0]); }});
+        const std::string name =
+            "rmsnorm " + shape_string(shape) + " w=" + dtype_name(w) + " x=" + dtype_name(act);
+        cases.push_back(
+            {name,
+             {in(shape, act, 2.0f), in({shape.back()}, w, 0.5f, 1.0f), out(shape, act)},
+             [](std::vector<Tensor>& a) { return op::rmsnorm(a[0], a[1], 1e-6, a[2]); }});
+        cases.push_back(
+            {name + " in place",
+             {in_out(shape, act, 2.0f), in({shape.back()}, w, 0.5f, 1.0f)},
+             [](std::vector<Tensor>& a) { return op::rmsnorm(a[0], a[1], 1e-6, a[0]); }});
       }
     }
   }

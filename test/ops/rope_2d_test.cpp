@@ -12,7 +12,8 @@ namespace kuiper::test {
 namespace {
 
 // Hugging Face's form: freqs = outer(pos, inv_freq) for inv_freq of length d/4, one row of
-// angles = cat(freqs[row], freqs[col]), emb = cat(angles, angles), x*cos(emb) + rotate_half(x)*sin(emb).
+// angles = cat(freqs[row], freqs[col]), emb = cat(angles, angles), x*cos(emb) +
+// rotate_half(x)*sin(emb).
 TEST(Rope2d, CpuMatchesHuggingFaceForm) {
   for (int64_t d : {16, 72, 80}) {
     const int64_t T = 6, heads = 3, quarter = d / 4, half = d / 2;
@@ -53,11 +54,10 @@ std::vector<OpCase> rope_2d_cases() {
   std::vector<OpCase> cases;
   for (int64_t d : {64, 72, 80, 128}) {
     for (DataType act : kActivations) {
-      OpCase c{"rope_2d head_dim " + std::to_string(d) + " " + dtype_name(act),
-               {in_out({T, heads, d}, act), ints(pos, {T, 2})},
-               [](std::vector<Tensor>& a) { return op::rope_2d(a[0], a[1], 10000.0); }};
-      c.tolerance = act == DataType::kFp32 ? 2e-5 : 3e-3;
-      cases.push_back(c);
+      cases.push_back({"rope_2d head_dim " + std::to_string(d) + " " + dtype_name(act),
+                       {in_out({T, heads, d}, act), ints(pos, {T, 2})},
+                       [](std::vector<Tensor>& a) { return op::rope_2d(a[0], a[1], 10000.0); },
+                       {2e-5, 3e-3}});
     }
   }
   return cases;

@@ -25,7 +25,8 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
         for (int64_t j = cu[s]; j < cu[s + 1]; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < d; ++c) {
-            dot += double(q.data<float>()[t * width + h * d + c]) * k.data<float>()[j * width + h * d + c];
+            dot += double(q.data<float>()[t * width + h * d + c]) *
+                   k.data<float>()[j * width + h * d + c];
           }
           w.push_back(dot / std::sqrt(double(d)));
           max_w = std::max(max_w, w.back());
@@ -62,8 +63,8 @@ TEST(VarlenAttention, CpuStaysWithinEachSequence) {
 
 TEST(VarlenAttention, RejectsBadBounds) {
   Tensor q = random_tensor({10, 8}, 15), out = poisoned({10, 8}, DataType::kFp32);
-  for (const std::vector<int32_t>& cu :
-       {std::vector<int32_t>{0, 9}, std::vector<int32_t>{1, 10}, std::vector<int32_t>{0, 6, 4, 10}}) {
+  for (const std::vector<int32_t>& cu : {std::vector<int32_t>{0, 9}, std::vector<int32_t>{1, 10},
+                                         std::vector<int32_t>{0, 6, 4, 10}}) {
     Status s = op::varlen_attention(q, q, q, int_tensor(cu, {int64_t(cu.size())}), 2, out);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find("cu_seqlens"), std::string::npos) << s.message();
@@ -97,15 +98,14 @@ std::vector<OpCase> varlen_attention_cases() {
     for (DataType act : kActivations) {
       const int64_t T = s.cu.back(), W = s.heads * s.d;
       const int64_t heads = s.heads;
-      OpCase c{"varlen_attention heads " + std::to_string(s.heads) + " d " +
-                   std::to_string(s.d) + " " + dtype_name(act),
-               {in({T, W}, act, 2.0f), in({T, W}, act, 2.0f), in({T, W}, act),
-                ints(s.cu, {int64_t(s.cu.size())}), out({T, W}, act)},
-               [heads](std::vector<Tensor>& a) {
-                 return op::varlen_attention(a[0], a[1], a[2], a[3], heads, a[4]);
-               }};
-      c.tolerance = act == DataType::kFp32 ? 2e-5 : 3e-3;
-      cases.push_back(c);
+      cases.push_back({"varlen_attention heads " + std::to_string(s.heads) + " d " +
+                           std::to_string(s.d) + " " + dtype_name(act),
+                       {in({T, W}, act, 2.0f), in({T, W}, act, 2.0f), in({T, W}, act),
+                        ints(s.cu, {int64_t(s.cu.size())}), out({T, W}, act)},
+                       [heads](std::vector<Tensor>& a) {
+                         return op::varlen_attention(a[0], a[1], a[2], a[3], heads, a[4]);
+                       },
+                       {2e-5, 3e-3}});
     }
   }
   return cases;

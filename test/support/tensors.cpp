@@ -60,8 +60,7 @@ Tensor rounded(const Tensor& host, DataType dtype) {
 Tensor int_tensor(const std::vector<int32_t>& values, const std::vector<int64_t>& shape) {
   Result<Tensor> t = Tensor::empty(shape, DataType::kInt32);
   if (!t.ok() || t->numel() != static_cast<int64_t>(values.size())) {
-    ADD_FAILURE() << "int_tensor: " << values.size() << " values for shape "
-                  << shape_string(shape);
+    ADD_FAILURE() << "int_tensor: " << values.size() << " values for shape " << shape_string(shape);
     return Tensor();
   }
   std::memcpy(t->raw(), values.data(), values.size() * sizeof(int32_t));

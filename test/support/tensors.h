@@ -13,8 +13,8 @@ namespace kuiper::test {
 // A host fp32 tensor of offset + scale * u, u uniform in [-1, 1) from op::fill_random's hash of
 // (seed, index), rounded to `as` and back so that a reference given it sees exactly the values a
 // device tensor of that dtype holds.
-Tensor random_tensor(const std::vector<int64_t>& shape, uint64_t seed, DataType as = DataType::kFp32,
-                     float scale = 1.0f, float offset = 0.0f);
+Tensor random_tensor(const std::vector<int64_t>& shape, uint64_t seed,
+                     DataType as = DataType::kFp32, float scale = 1.0f, float offset = 0.0f);
 
 // The host fp32 tensor rounded to `dtype` and back.
 Tensor rounded(const Tensor& host, DataType dtype);
@@ -36,8 +36,8 @@ Tensor to_host_fp32(const Tensor& t);
 // How far a result is from its reference, element by element over same-sized tensors of any
 // float dtype or int32 on any device.
 struct Difference {
-  double max_abs = 0.0;  // max |out - ref|
-  double rel = 0.0;      // max_abs / max |ref|
+  double max_abs = 0.0;    // max |out - ref|
+  double rel = 0.0;        // max_abs / max |ref|
   int64_t non_finite = 0;  // elements of out or ref that are NaN or infinite (poison left)
 };
 Difference compare(const Tensor& out, const Tensor& ref);
