@@ -3,6 +3,7 @@
 // itself is rope_math.h's, the CPU kernels' too.
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
