@@ -43,6 +43,19 @@ Status same_shape_and_type(const char* op, const Tensor& a, const Tensor& b) {
   return Status::Ok();
 }
 
+// Host cache rows must lie inside the cache; device ones cannot be read without a sync (see
+// kv_write in ops.h).
+Status check_cache_rows(const char* op, const Tensor& positions, const Tensor& cache) {
+  if (positions.device() != DeviceType::kCpu) return Status::Ok();
+  for (int64_t t = 0; t < positions.numel(); ++t) {
+    const int32_t p = positions.data<int32_t>()[t];
+    if (p < 0 || p >= cache.dim(0)) {
+      return fail(op, "position " + std::to_string(p) + " is outside " + cache.describe());
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 #ifdef KUIPER_WITH_CUDA
@@ -156,15 +169,7 @@ Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions) {
     return fail("kv_write", "cannot write " + k.describe() + " at positions " +
                                 positions.describe() + " of " + cache.describe());
   }
-  if (positions.device() == DeviceType::kCpu) {
-    for (int64_t t = 0; t < positions.numel(); ++t) {
-      const int32_t p = positions.data<int32_t>()[t];
-      if (p < 0 || p >= cache.dim(0)) {
-        return fail("kv_write", "position " + std::to_string(p) + " is outside " +
-                                    cache.describe());
-      }
-    }
-  }
+  KUIPER_RETURN_IF_ERROR(check_cache_rows("kv_write", positions, cache));
   KUIPER_DISPATCH(k.device(), kv_write(k, cache, positions));
 }
 
@@ -260,20 +265,10 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
     return fail("qk_norm_rope_cache", "rope positions " + rope_positions->describe() +
                                           " do not fit " + std::to_string(T) + " tokens");
   }
+  KUIPER_RETURN_IF_ERROR(check_cache_rows("qk_norm_rope_cache", positions, k_cache));
   const Tensor& rotary = rope_positions != nullptr ? *rope_positions : positions;
-#ifdef KUIPER_WITH_CUDA
-  if (q.device() == DeviceType::kCuda) {
-    return cuda::qk_norm_rope_cache(q, k, v, q_norm, k_norm, eps, positions, theta, k_cache,
-                                    v_cache, rotary);
-  }
-#endif
-  if (q_norm != nullptr) KUIPER_RETURN_IF_ERROR(rmsnorm(q, *q_norm, eps, q));
-  if (k_norm != nullptr) KUIPER_RETURN_IF_ERROR(rmsnorm(k, *k_norm, eps, k));
-  KUIPER_RETURN_IF_ERROR(rope(q, rotary, theta));
-  KUIPER_RETURN_IF_ERROR(rope(k, rotary, theta));
-  KUIPER_ASSIGN_OR_RETURN(Tensor k_rows, k.reshape({T, v.dim(1)}));
-  KUIPER_RETURN_IF_ERROR(kv_write(k_rows, k_cache, positions));
-  return kv_write(v, v_cache, positions);
+  KUIPER_DISPATCH(q.device(), qk_norm_rope_cache(q, k, v, q_norm, k_norm, eps, positions, theta,
+                                                 k_cache, v_cache, rotary));
 }
 
 Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& params,
@@ -306,6 +301,20 @@ Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& pa
   (void)workspace;  // the CPU kernel sorts in place and needs none
   cpu::sample(logits, recent, params, uniform, out);
   return Status::Ok();
+}
+
+void repetition_penalty(float penalty, const int32_t* recent, int64_t n, float* logits,
+                        int64_t vocab) {
+  cpu::repetition_penalty(penalty, recent, n, logits, vocab);
+}
+
+std::vector<TokenProbability> sample_candidates(const float* logits, int64_t vocab,
+                                                const SampleParams& params) {
+  return cpu::sample_candidates(logits, vocab, params);
+}
+
+int32_t draw(const std::vector<TokenProbability>& candidates, double uniform) {
+  return cpu::draw(candidates, uniform);
 }
 
 Status fill_random(Tensor& t, uint64_t seed, float scale, float offset) {

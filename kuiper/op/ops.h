@@ -114,6 +114,24 @@ struct SampleWorkspace {
 Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& params,
               double uniform, SampleWorkspace& workspace, Tensor& out);
 
+// The host pieces of op::sample's CPU kernel, on plain arrays, for the runtime's host Sampler
+// (the reference the GPU kernel is tested against). Preconditions, not checked: vocab > 0,
+// logits of length vocab, candidates non-empty.
+//
+// Hugging Face's repetition penalty, in place: logits[id] = logits[id] > 0 ? logits[id] / penalty
+// : logits[id] * penalty, once for each distinct id of recent[0, n) in [0, vocab).
+void repetition_penalty(float penalty, const int32_t* recent, int64_t n, float* logits,
+                        int64_t vocab);
+// The tokens a non-greedy draw chooses among (no penalty applied here), most likely first (the
+// lower id first on equal logits), with their renormalised probabilities: l = logits / T, the
+// top_k largest, p = exp(l - max) / sum (in double), the smallest prefix with mass >= top_p,
+// those with p >= min_p * p_max, then p / sum(kept).
+std::vector<TokenProbability> sample_candidates(const float* logits, int64_t vocab,
+                                                const SampleParams& params);
+// The inverse-CDF draw: the first candidate whose running probability sum (in double) exceeds
+// uniform in [0, 1); the last one when rounding leaves uniform above the total.
+int32_t draw(const std::vector<TokenProbability>& candidates, double uniform);
+
 // Fills t (fp32/fp16/bf16) with offset + scale * u, u uniform in [-1, 1) from a hash of
 // (seed, element index): the same values on every device, so a random-weight model on the GPU
 // is the same model as on the CPU.

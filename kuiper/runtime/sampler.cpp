@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "kuiper/op/kernels/cpu/cpu_kernels.h"
+#include "kuiper/op/ops.h"
 
 namespace kuiper {
 
@@ -38,7 +38,7 @@ Status validate_sampling(const SamplingParams& p) {
 
 void apply_repetition_penalty(float penalty, const std::vector<int32_t>& recent,
                               std::vector<float>* logits) {
-  cpu::repetition_penalty(penalty, recent.data(), static_cast<int64_t>(recent.size()),
+  op::repetition_penalty(penalty, recent.data(), static_cast<int64_t>(recent.size()),
                           logits->data(), static_cast<int64_t>(logits->size()));
 }
 
@@ -77,7 +77,7 @@ double Sampler::uniform() {
 
 std::vector<TokenProbability> Sampler::candidates(const float* logits, int64_t vocab,
                                                   const std::vector<int32_t>& history) {
-  return cpu::sample_candidates(penalised(logits, vocab, history), vocab, op_params());
+  return op::sample_candidates(penalised(logits, vocab, history), vocab, op_params());
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {
@@ -85,7 +85,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
     const float* scores = penalised(logits, vocab, history);
     return static_cast<int32_t>(std::max_element(scores, scores + vocab) - scores);
   }
-  return cpu::draw(candidates(logits, vocab, history), uniform());
+  return op::draw(candidates(logits, vocab, history), uniform());
 }
 
 Result<int32_t> Sampler::sample(const Tensor& logits, const std::vector<int32_t>& history) {

@@ -6,11 +6,29 @@
 #include "kuiper/base/allocator.h"
 #include "kuiper/base/status.h"
 
-// Fails the test (and returns) with the message of a failed Status.
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    const ::kuiper::Status s_ = (expr);                    \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message(); \
+namespace kuiper::test {
+
+// The Status of a Status or of a Result, for the macros below.
+inline const Status& status_of(const Status& s) { return s; }
+template <typename T>
+const Status& status_of(const Result<T>& r) {
+  return r.status();
+}
+
+}  // namespace kuiper::test
+
+// Fails the test (and returns) with the message of a failed Status or Result.
+#define ASSERT_OK(expr)                                              \
+  do {                                                               \
+    const ::kuiper::Status s_ = ::kuiper::test::status_of(expr);     \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message();           \
+  } while (0)
+
+// Fails the test, and goes on, with the message of a failed Status or Result.
+#define EXPECT_OK(expr)                                              \
+  do {                                                               \
+    const ::kuiper::Status s_ = ::kuiper::test::status_of(expr);     \
+    EXPECT_TRUE(s_.ok()) << #expr << ": " << s_.message();           \
   } while (0)
 
 // GPU tests skip, saying why, where there is no GPU (CI) or the build has no CUDA.

@@ -6,11 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define KUIPER_HOST_DEVICE __host__ __device__
-#else
-#define KUIPER_HOST_DEVICE
-#endif
+#include "kuiper/op/kernels/host_device.h"
 
 namespace kuiper {
 

@@ -1,5 +1,7 @@
-// Reference CPU kernels: plain loops, OpenMP over independent rows, fp32 accumulation.
-// Arguments are validated by kuiper/op/ops.cpp before these run.
+// Reference CPU kernels: plain loops, OpenMP over independent rows, fp32 accumulation. One file
+// per op, named for it (kernels/cpu/<op>.cpp; linear is op-level, ops.cpp composes it); the
+// attention family is attention.cpp. Arguments are validated by kuiper/op/ops.cpp before these
+// run.
 #pragma once
 
 #include <vector>
@@ -18,25 +20,24 @@ void mrope(Tensor& x, const Tensor& positions, double theta,
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
+void qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
+                        const Tensor* k_norm, double eps, const Tensor& positions, double theta,
+                        Tensor& k_cache, Tensor& v_cache, const Tensor& rope_positions);
 void argmax(const Tensor& logits, Tensor& out);
 void fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
             double uniform, Tensor& out);
-// The pieces of sample, on plain arrays, for the runtime's host Sampler (the reference the GPU
-// kernel is tested against). repetition_penalty penalises each distinct id of recent[n] once.
+// The pieces of sample (op::repetition_penalty, op::sample_candidates, op::draw).
 void repetition_penalty(float penalty, const int32_t* recent, int64_t n, float* logits,
                         int64_t vocab);
-// The tokens a non-greedy draw chooses among (no penalty applied here), most likely first, with
-// their renormalised probabilities.
 std::vector<op::TokenProbability> sample_candidates(const float* logits, int64_t vocab,
                                                     const op::SampleParams& params);
-// The inverse-CDF draw at uniform in [0, 1) over candidates whose probabilities sum to 1.
 int32_t draw(const std::vector<op::TokenProbability>& candidates, double uniform);
 // Exact causal GQA softmax attention; see AttentionArgs for the layout.
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, Tensor& out,
                int64_t start);
 
-// Vision tower ops (kernels/cpu/vision_ops.cpp).
+// Vision tower ops.
 void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                Tensor& out);
 void gelu(const Tensor& x, op::GeluKind kind, Tensor& out);

@@ -1,6 +1,7 @@
-// CUDA kernels behind the op layer, one .cu file per family. Activations are fp32 or fp16
-// (accumulation always fp32); each launch runs on the current stream (kuiper/base/cuda_stream.h)
-// and its launch status is checked and returned.
+// CUDA kernels behind the op layer, one .cu file per op named for it (kernels/cuda/<op>.cu;
+// matmul.cu holds op::linear's fused forms too; attention is a family folder). Activations are
+// fp32 or fp16 (accumulation always fp32); each launch runs on the current stream
+// (kuiper/base/cuda_stream.h) and its launch status is checked and returned.
 #pragma once
 
 #include "kuiper/op/ops.h"
@@ -29,7 +30,7 @@ Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
               double uniform, op::SampleWorkspace& workspace, Tensor& out);
 
-// Vision tower ops (kernels/cuda/vision_ops.cu; varlen_attention in attention/varlen_attention.cu).
+// Vision tower ops (varlen_attention in the attention family folder, attention/).
 Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                  Tensor& out);
 Status gelu(const Tensor& x, op::GeluKind kind, Tensor& out);

@@ -31,14 +31,11 @@ __global__ void __launch_bounds__(kBlockThreads)
       sum += v * v;
     }
   }
-  sum = warp_sum(sum);
   if constexpr (kWarpsPerRow > 1) {
     __shared__ float partial[kWarpsPerRow];
-    if (tid % 32 == 0) partial[tid / 32] = sum;
-    __syncthreads();
-    sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarpsPerRow; ++w) sum += partial[w];
+    sum = block_reduce<kThreadsPerRow, false>(sum, partial);
+  } else {
+    sum = warp_sum(sum);
   }
   if (row >= rows) return;
   // The same expression as the CPU reference: 1 / sqrt(mean + eps), weight * (x * inv).

@@ -1,176 +1,33 @@
 // Rotary embedding, rotate-half form, in place. Positions come from device memory, so a captured
 // decode graph rotates by whatever position the step wrote there.
-//
-// inv_freq is computed on the host with the CPU reference's exact fp32 expression and passed by
-// value as a kernel parameter: device powf may differ from the host's by an ulp, and a kernel
-// parameter is baked into a captured graph at no cost, unlike a table that would need a copy.
-#include <cmath>
-
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/cuda/rope_row.cuh"
 
 namespace kuiper::cuda {
 
 namespace {
-
-constexpr int kMaxHalfDim = 256;  // head_dim up to 512
-
-struct InvFreq {
-  float v[kMaxHalfDim];
-};
 
 // One block per (token, head), one thread per rotated pair: at decode (one token) the heads
 // still spread over as many SMs.
 template <typename TX>
 __global__ void rope_kernel(TX* x, const int32_t* __restrict__ positions, InvFreq inv_freq,
                             int heads, int half) {
-  const int64_t t = blockIdx.x / heads;
-  const float pos = static_cast<float>(positions[t]);
-  TX* v = x + static_cast<int64_t>(blockIdx.x) * 2 * half;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float s, c;
-    sincosf(pos * inv_freq.v[i], &s, &c);
-    const float a = to_float(v[i]), b = to_float(v[i + half]);
-    v[i] = from_float<TX>(a * c - b * s);
-    v[i + half] = from_float<TX>(b * c + a * s);
-  }
-}
-
-// The attention input of T tokens in one launch (op::qk_norm_rope_cache): one warp per head of
-// token blockIdx.x, over the Hq query heads, then the Hkv key heads, then the Hkv value heads.
-// q and k heads are RMS-normalised (when a norm weight is given) and rotated in place (at the
-// rotary position, which may differ from the cache row), each value rounded to TX where the
-// unfused rmsnorm and rope kernels store it; key heads are also
-// written to the cache row at the token's position, value heads only copied there. Launched
-// with PDL: it waits for the q/k/v GEMV before reading anything.
-constexpr int kPrepWarps = 4;
-
-struct PrepArgs {
-  const void* q_norm;
-  const void* k_norm;
-  DataType q_norm_dtype, k_norm_dtype;
-  float eps;
-  const int32_t* positions;       // cache rows
-  const int32_t* rope_positions;  // rotary positions (often the same array)
-  int Hq, Hkv, half;
-  int64_t cache_rows;
-};
-
-template <typename TX>
-__global__ void __launch_bounds__(kPrepWarps * 32)
-    qk_norm_rope_cache_kernel(TX* q, TX* k, const TX* __restrict__ v, TX* k_cache, TX* v_cache,
-                              const PrepArgs a, const InvFreq inv_freq) {
-  grid_dependency_wait();  // q, k and v come from the GEMV before
-  grid_launch_dependents();  // a PDL-launched attention kernel may start (and wait) now
-  const int lane = threadIdx.x % 32;
-  const int head = blockIdx.y * kPrepWarps + threadIdx.x / 32;
-  if (head >= a.Hq + 2 * a.Hkv) return;
-  const int64_t t = blockIdx.x;
-  const int d = 2 * a.half;
-  const int64_t kv_dim = static_cast<int64_t>(a.Hkv) * d;
-  const int64_t pos = a.positions[t];
-  const bool in_cache = pos >= 0 && pos < a.cache_rows;
-  if (head >= a.Hq + a.Hkv) {
-    const int hv = head - a.Hq - a.Hkv;
-    if (!in_cache) return;
-    const TX* src = v + t * kv_dim + static_cast<int64_t>(hv) * d;
-    TX* dst = v_cache + pos * kv_dim + static_cast<int64_t>(hv) * d;
-    for (int i = lane; i < d; i += 32) dst[i] = src[i];
-    return;
-  }
-  const bool is_q = head < a.Hq;
-  const int hk = head - a.Hq;
-  TX* x = is_q ? q + (t * a.Hq + head) * d : k + (t * a.Hkv + hk) * d;
-  TX* cached = k_cache + pos * kv_dim + static_cast<int64_t>(hk) * d;
-  const void* norm = is_q ? a.q_norm : a.k_norm;
-  const DataType norm_dtype = is_q ? a.q_norm_dtype : a.k_norm_dtype;
-  float inv = 1.0f;
-  if (norm != nullptr) {
-    float sum = 0.0f;
-    for (int i = lane; i < d; i += 32) {
-      const float e = to_float(x[i]);
-      sum += e * e;
-    }
-    sum = warp_sum(sum);
-    inv = 1.0f / sqrtf(sum / static_cast<float>(d) + a.eps);
-  }
-  const float p = static_cast<float>(a.rope_positions[t]);
-  for (int i = lane; i < a.half; i += 32) {
-    float e0 = to_float(x[i]), e1 = to_float(x[i + a.half]);
-    if (norm != nullptr) {
-      e0 = to_float(from_float<TX>(load_as_float(norm, norm_dtype, i) * (e0 * inv)));
-      e1 = to_float(from_float<TX>(load_as_float(norm, norm_dtype, i + a.half) * (e1 * inv)));
-    }
-    float s, c;
-    sincosf(p * inv_freq.v[i], &s, &c);
-    const TX r0 = from_float<TX>(e0 * c - e1 * s);
-    const TX r1 = from_float<TX>(e1 * c + e0 * s);
-    x[i] = r0;
-    x[i + a.half] = r1;
-    if (!is_q && in_cache) {
-      cached[i] = r0;
-      cached[i + a.half] = r1;
-    }
-  }
-}
-
-InvFreq make_inv_freq(int64_t d, double theta) {
-  InvFreq inv_freq{};
-  for (int64_t i = 0; i < d / 2; ++i) {
-    inv_freq.v[i] = 1.0f / std::pow(static_cast<float>(theta),
-                                    static_cast<float>(2 * i) / static_cast<float>(d));
-  }
-  return inv_freq;
-}
-
-Status check_half_dim(int64_t d) {
-  if (d / 2 > kMaxHalfDim) {
-    return Status::Error("rope: head_dim " + std::to_string(d) + " exceeds the CUDA kernel's " +
-                         std::to_string(2 * kMaxHalfDim));
-  }
-  return Status::Ok();
+  const float pos = static_cast<float>(positions[blockIdx.x / heads]);
+  rotate_half_row(x + static_cast<int64_t>(blockIdx.x) * 2 * half, half,
+                  [&](int i) { return pos * inv_freq.v[i]; });
 }
 
 }  // namespace
 
-Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
-                          const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache,
-                          const Tensor& rope_positions) {
-  const int64_t T = q.dim(0), d = q.dim(2);
-  KUIPER_RETURN_IF_ERROR(check_half_dim(d));
-  if (T == 0) return Status::Ok();
-  PrepArgs a{};
-  a.q_norm = q_norm != nullptr ? q_norm->raw() : nullptr;
-  a.k_norm = k_norm != nullptr ? k_norm->raw() : nullptr;
-  a.q_norm_dtype = q_norm != nullptr ? q_norm->dtype() : DataType::kFp32;
-  a.k_norm_dtype = k_norm != nullptr ? k_norm->dtype() : DataType::kFp32;
-  a.eps = static_cast<float>(eps);
-  a.positions = positions.data<int32_t>();
-  a.rope_positions = rope_positions.data<int32_t>();
-  a.Hq = static_cast<int>(q.dim(1));
-  a.Hkv = static_cast<int>(k.dim(1));
-  a.half = static_cast<int>(d / 2);
-  a.cache_rows = k_cache.dim(0);
-  const InvFreq inv_freq = make_inv_freq(d, theta);
-  const dim3 grid(static_cast<unsigned>(T), blocks_for(a.Hq + 2 * a.Hkv, kPrepWarps));
-  return visit_activation(q.dtype(), [&](auto tag) {
-    using TX = typename decltype(tag)::type;
-    return launch_pdl(qk_norm_rope_cache_kernel<TX>, grid, dim3(kPrepWarps * 32), 0,
-                      "qk_norm_rope_cache kernel launch", q.data<TX>(), k.data<TX>(),
-                      v.data<TX>(), k_cache.data<TX>(), v_cache.data<TX>(), a, inv_freq);
-  });
-}
-
 Status rope(Tensor& x, const Tensor& positions, double theta) {
   const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
-  KUIPER_RETURN_IF_ERROR(check_half_dim(d));
+  KUIPER_RETURN_IF_ERROR(check_rope_dim("rope", d));
   if (T == 0) return Status::Ok();
-  const InvFreq inv_freq = make_inv_freq(d, theta);
-  const int threads = static_cast<int>(std::min<int64_t>(256, (half + 31) / 32 * 32));
+  const InvFreq inv_freq = make_inv_freq(theta, d, half);
   return visit_activation(x.dtype(), [&](auto tag) {
     using TX = typename decltype(tag)::type;
-    rope_kernel<TX><<<static_cast<unsigned>(T * heads), threads, 0, stream()>>>(
+    rope_kernel<TX><<<static_cast<unsigned>(T * heads), rope_threads(half), 0, stream()>>>(
         x.data<TX>(), positions.data<int32_t>(), inv_freq, static_cast<int>(heads),
         static_cast<int>(half));
     KUIPER_CUDA_CHECK_LAUNCH("rope kernel");

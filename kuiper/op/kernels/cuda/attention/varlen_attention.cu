@@ -23,14 +23,6 @@ constexpr int kKeyTile = 32;
 constexpr int kMaxHeadDim = 128;
 constexpr int kMaxPerLane = kMaxHeadDim / 32;
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
-
 // [begin, end) of the sequence holding token t: the last i with cu[i] <= t, clamped to [0, T].
 __device__ __forceinline__ void sequence_of(const int32_t* cu, int S, int64_t t, int64_t T,
                                             int64_t& begin, int64_t& end) {

@@ -1,6 +1,6 @@
 // The reference sampler: Hugging Face's repetition penalty and warper chain (temperature ->
 // top-k -> top-p -> min-p) in plain loops. Probabilities are summed in double so the result does
-// not depend on the vocabulary's size; the CUDA kernel (kernels/cuda/sampling.cu) follows the
+// not depend on the vocabulary's size; the CUDA kernel (kernels/cuda/sample.cu) follows the
 // same arithmetic step by step.
 #include <algorithm>
 #include <cmath>
@@ -105,7 +105,7 @@ void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& 
   out.data<int32_t>()[0] =
       params.temperature == 0.0f
           ? static_cast<int32_t>(std::max_element(scores, scores + vocab) - scores)
-          : draw(sample_candidates(scores, vocab, params), uniform);
+          : cpu::draw(cpu::sample_candidates(scores, vocab, params), uniform);
 }
 
 }  // namespace kuiper::cpu

@@ -1,5 +1,5 @@
 // Sampling on the device, so a decode step copies back a 4-byte token instead of a logits row.
-// The arithmetic follows the CPU reference (kernels/cpu/sampling.cpp) step for step, so the two
+// The arithmetic follows the CPU reference (kernels/cpu/sample.cpp) step for step, so the two
 // pick the same token for the same uniform draw except where a probability lands within a
 // rounding of a boundary:
 //   1. keys[i] = penalised(logit[i]) * (1 / temperature), ids[i] = i;

@@ -1,5 +1,6 @@
 // op::sample: the CPU kernel against the host Sampler (runs everywhere), and the CUDA kernel
-// against the CPU on random rows of the vocabulary sizes that matter (skips without a GPU).
+// against the CPU on random rows of the vocabulary sizes that matter (skips without a GPU). Not
+// through the op harness: a draw is one token, compared token by token along a generation.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,8 +11,9 @@
 #include "kuiper/op/ops.h"
 #include "kuiper/runtime/sampler.h"
 #include "support/assertions.h"
+#include "support/tensors.h"
 
-namespace kuiper {
+namespace kuiper::test {
 namespace {
 
 std::vector<float> random_logits(int64_t vocab, uint64_t seed, float scale) {
@@ -64,7 +66,7 @@ std::vector<SamplingParams> cases(uint64_t seed) {
   };
 }
 
-TEST(SamplingOp, CpuKernelMatchesTheSampler) {
+TEST(Sample, CpuKernelMatchesTheSampler) {
   for (int64_t vocab : {7, 1000}) {
     for (uint64_t seed = 1; seed <= 4; ++seed) {
       const std::vector<float> logits = random_logits(vocab, seed, 2.0f);
@@ -87,7 +89,7 @@ TEST(SamplingOp, CpuKernelMatchesTheSampler) {
   }
 }
 
-TEST(SamplingOp, RefusesBadArguments) {
+TEST(Sample, RefusesBadArguments) {
   std::vector<float> logits(8, 0.0f);
   const Tensor row = Tensor::view(logits.data(), {8}, DataType::kFp32, DeviceType::kCpu);
   Tensor out = *Tensor::empty({1}, DataType::kInt32);
@@ -99,6 +101,35 @@ TEST(SamplingOp, RefusesBadArguments) {
   EXPECT_FALSE(op::sample(row, Tensor(), p, 0.5, ws, wide).ok());
   p.top_p = 0.0f;
   EXPECT_FALSE(op::sample(row, Tensor(), p, 0.5, ws, out).ok());
+}
+
+TEST(Sample, RepetitionPenaltyCountsEachIdOnceAndSkipsUnknownIds) {
+  std::vector<float> logits = {2.0f, -2.0f, 1.0f};
+  const std::vector<int32_t> recent = {0, 0, 1, 7, -1};
+  op::repetition_penalty(2.0f, recent.data(), static_cast<int64_t>(recent.size()), logits.data(),
+                         3);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -4.0f, 1.0f}));
+}
+
+TEST(Sample, DrawWalksTheCumulativeProbabilities) {
+  const std::vector<TokenProbability> candidates = {{3, 0.5f}, {5, 0.25f}, {9, 0.25f}};
+  EXPECT_EQ(op::draw(candidates, 0.0), 3);
+  EXPECT_EQ(op::draw(candidates, 0.49), 3);
+  EXPECT_EQ(op::draw(candidates, 0.5), 5);
+  EXPECT_EQ(op::draw(candidates, 0.8), 9);
+}
+
+TEST(Sample, CandidatesAreTopKRenormalised) {
+  const std::vector<float> logits = {0.0f, 2.0f, 1.0f, 2.0f};
+  op::SampleParams p;
+  p.temperature = 1.0f;
+  p.top_k = 2;
+  const std::vector<TokenProbability> c = op::sample_candidates(logits.data(), 4, p);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].id, 1);  // equal logits: the lower id first
+  EXPECT_EQ(c[1].id, 3);
+  EXPECT_FLOAT_EQ(c[0].probability, 0.5f);
+  EXPECT_FLOAT_EQ(c[1].probability, 0.5f);
 }
 
 // Runs the host Sampler and a second one on the device copy of the row for `steps` tokens;
@@ -126,20 +157,20 @@ void expect_device_matches_host(int64_t vocab, uint64_t seed, int steps) {
   }
 }
 
-TEST(CudaSampling, MatchesTheHostSamplerOnASmallVocabulary) {
+TEST(Sample, CudaMatchesTheHostSamplerOnASmallVocabulary) {
   SKIP_WITHOUT_CUDA();
   for (int64_t vocab : {1, 5, 1000, 3000}) {
     for (uint64_t seed = 1; seed <= 6; ++seed) expect_device_matches_host(vocab, seed, 24);
   }
 }
 
-TEST(CudaSampling, MatchesTheHostSamplerOnQwensVocabulary) {
+TEST(Sample, CudaMatchesTheHostSamplerOnQwensVocabulary) {
   SKIP_WITHOUT_CUDA();
   for (uint64_t seed = 11; seed <= 13; ++seed) expect_device_matches_host(151936, seed, 6);
 }
 
 // The op straight, over the range of the draw and into a poisoned output.
-TEST(CudaSampling, OpMatchesTheCpuKernelOverTheRangeOfTheDraw) {
+TEST(Sample, CudaOpMatchesTheCpuKernelOverTheRangeOfTheDraw) {
   SKIP_WITHOUT_CUDA();
   const int64_t vocab = 151936;
   const std::vector<float> logits = random_logits(vocab, 5, 4.0f);
@@ -159,9 +190,7 @@ TEST(CudaSampling, OpMatchesTheCpuKernelOverTheRangeOfTheDraw) {
     for (double u : {0.0, 0.1, 0.25, 0.5, 0.75, 0.999, 1.0 - 0x1.0p-53}) {
       Tensor expected = *Tensor::empty({1}, DataType::kInt32);
       ASSERT_OK(op::sample(host, recent_host, p, u, host_ws, expected));
-      int32_t poison = 0x7fffffff;
-      Tensor out = *Tensor::view(&poison, {1}, DataType::kInt32, DeviceType::kCpu)
-                        .to(DeviceType::kCuda);
+      Tensor out = poisoned({1}, DataType::kInt32, DeviceType::kCuda);
       ASSERT_OK(op::sample(device, recent_device, p, u, device_ws, out));
       const int32_t got = out.to(DeviceType::kCpu)->data<int32_t>()[0];
       const std::string where = "u " + std::to_string(u) + " temperature " +
@@ -188,4 +217,4 @@ TEST(CudaSampling, OpMatchesTheCpuKernelOverTheRangeOfTheDraw) {
 }
 
 }  // namespace
-}  // namespace kuiper
+}  // namespace kuiper::test

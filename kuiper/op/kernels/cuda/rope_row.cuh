@@ -1,0 +1,56 @@
+// What the CUDA rope kernels share (rope, mrope, rope_2d, qk_norm_rope_cache): the frequency
+// table passed by value as a kernel parameter, and the rotation of one head row. The arithmetic
+// itself is rope_math.h's, the CPU kernels' too.
+#pragma once
+
+#include <algorithm>
+#include <string>
+
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/rope_math.h"
+
+namespace kuiper::cuda {
+
+constexpr int kMaxRopeHalfDim = 256;  // head_dim up to 512
+
+// The host's inv_freq table (rope_math.h says why not device powf). A kernel parameter is baked
+// into a captured graph at no cost, unlike a table that would need a copy.
+struct InvFreq {
+  float v[kMaxRopeHalfDim];
+};
+
+// rope_inv_freq(theta, dim, i) for i < n (n <= kMaxRopeHalfDim, checked by check_rope_dim).
+inline InvFreq make_inv_freq(double theta, int64_t dim, int64_t n) {
+  InvFreq table{};
+  rope_inv_freqs(theta, dim, n, table.v);
+  return table;
+}
+
+// Heads whose d / 2 rotated pairs do not fit the table are refused.
+inline Status check_rope_dim(const char* op, int64_t d) {
+  if (d / 2 > kMaxRopeHalfDim) {
+    return Status::Error(std::string(op) + ": head_dim " + std::to_string(d) +
+                         " exceeds the CUDA kernel's " + std::to_string(2 * kMaxRopeHalfDim));
+  }
+  return Status::Ok();
+}
+
+// Rotates the head row v[0, 2 * half) in place, rotate-half form, pair i by angle_of(i); the
+// block's threads take one pair each.
+template <typename TX, typename AngleOf>
+__device__ __forceinline__ void rotate_half_row(TX* v, int half, AngleOf angle_of) {
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(angle_of(i), &s, &c);
+    const RotatedPair r = rotate_half(to_float(v[i]), to_float(v[i + half]), c, s);
+    v[i] = from_float<TX>(r.first);
+    v[i + half] = from_float<TX>(r.second);
+  }
+}
+
+// Threads for a block rotating one head row: a warp multiple covering the pairs, at most 256.
+inline int rope_threads(int64_t half) {
+  return static_cast<int>(std::min<int64_t>(256, (half + 31) / 32 * 32));
+}
+
+}  // namespace kuiper::cuda
