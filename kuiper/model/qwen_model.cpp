@@ -31,7 +31,7 @@ Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
     return Status::Error(std::string("CUDA graph decode needs the cuda device, not ") +
                          device_name(options.device));
   }
-  if (options.max_sequences < 1 || options.max_sequences > INT32_MAX) {
+  if (options.max_sequences < 1) {
     return Status::Error("max_sequences must be at least 1, not " +
                          std::to_string(options.max_sequences));
   }
