@@ -108,7 +108,7 @@ double max_abs_diff(const Tensor& out, const test::GoldenTensor& ref) {
 void expect_matches_golden(VisionEncoder& enc, double tol, const std::string& which = "fast") {
   const test::Golden golden = test::Golden::load(kFixture);
   const ImageInput in = golden_image(golden, which);
-  Result<VisionOutput> out = enc.forward(in.pixels, {in.grid});
+  Result<ImageFeatures> out = enc.forward(in.pixels, {in.grid});
   ASSERT_TRUE(out.ok()) << out.status().message();
   ASSERT_EQ(out->deepstack.size(), 2u);
   const double e = max_abs_diff(out->embeds, golden.at("image.vision_embeds"));
@@ -136,7 +136,7 @@ TEST(VisionEncoder, GoldenOutputsFollowTheFastProcessorsPixels) {
   ASSERT_NE(enc, nullptr);
   const test::Golden golden = test::Golden::load(kFixture);
   const ImageInput slow = golden_image(golden, "slow");
-  Result<VisionOutput> out = enc->forward(slow.pixels, {slow.grid});
+  Result<ImageFeatures> out = enc->forward(slow.pixels, {slow.grid});
   ASSERT_TRUE(out.ok()) << out.status().message();
   const double e = max_abs_diff(out->embeds, golden.at("image.vision_embeds"));
   std::printf("[ measured ] cpu fp32, slow pixels: max abs error embeds %.3g\n", e);
@@ -162,9 +162,9 @@ TEST(VisionEncoder, ImagesInOneBatchDoNotMix) {
   std::copy_n(small.data<float>(), small.numel(), both.data<float>());
   std::copy_n(img.pixels.data<float>(), img.pixels.numel(), both.data<float>() + small.numel());
 
-  Result<VisionOutput> alone_small = enc->forward(small, {small_grid});
-  Result<VisionOutput> alone_big = enc->forward(img.pixels, {img.grid});
-  Result<VisionOutput> batch = enc->forward(both, {small_grid, img.grid});
+  Result<ImageFeatures> alone_small = enc->forward(small, {small_grid});
+  Result<ImageFeatures> alone_big = enc->forward(img.pixels, {img.grid});
+  Result<ImageFeatures> batch = enc->forward(both, {small_grid, img.grid});
   ASSERT_TRUE(alone_small.ok() && alone_big.ok() && batch.ok());
   const int64_t small_tokens = small_n / 4, big_tokens = big_n / 4, O = 128;
   auto compare = [&](const Tensor& batched, const Tensor& a, const Tensor& b) {
@@ -190,7 +190,7 @@ TEST(VisionEncoder, RejectsInputsThatDoNotFit) {
   Tensor pixels = Tensor::empty({16, P}, DataType::kFp32).value();
   std::fill_n(pixels.data<float>(), pixels.numel(), 0.0f);
   auto error_of = [&](const Tensor& px, std::vector<std::array<int64_t, 3>> grids) {
-    Result<VisionOutput> r = enc->forward(px, grids);
+    Result<ImageFeatures> r = enc->forward(px, grids);
     return r.ok() ? std::string() : r.status().message();
   };
   EXPECT_EQ(error_of(pixels, {{1, 4, 4}}), "");

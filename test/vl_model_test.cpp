@@ -3,14 +3,17 @@
 // with the golden vision tower outputs (embeddings and deepstack features): last-position logits,
 // top ids at every position, and the greedy continuation, which runs through decode with the
 // rope delta; then the whole path from the golden pixel values and from test_image.png through
-// the image processor and the vision tower. CPU fp32 always; the same on CUDA fp32 (eager and CUDA-graph decode) in Cuda* tests.
+// the image processor and the vision tower (the runtime's encode_image_span). CPU fp32 always;
+// the same on CUDA fp32 (eager and CUDA-graph decode) in Cuda* tests.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "kuiper/base/allocator.h"
-#include "kuiper/model/qwen3_vl_model.h"
+#include "kuiper/model/model.h"
+#include "kuiper/model/rope_index.h"
+#include "kuiper/runtime/vision_input.h"
 #include "support/assertions.h"
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
@@ -39,16 +42,44 @@ std::array<int64_t, 3> golden_grid(const Golden& g, const std::string& name) {
   return {v[0], v[1], v[2]};
 }
 
-std::unique_ptr<Qwen3VLModel> load_vl(const ModelOptions& options) {
+std::unique_ptr<Model> load_vl(const ModelOptions& options) {
   const std::string path = converted_fixture(kFixture, DataType::kFp32);
   Result<std::unique_ptr<Model>> model = Model::load(path, options);
   EXPECT_TRUE(model.ok()) << model.status().message();
-  if (!model.ok()) return nullptr;
-  auto* vl = dynamic_cast<Qwen3VLModel*>(model->get());
-  EXPECT_NE(vl, nullptr) << "Model::load did not return the Qwen3-VL model";
-  if (vl == nullptr) return nullptr;
-  model->release();
-  return std::unique_ptr<Qwen3VLModel>(vl);
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+const int32_t kBlock0 = 0;
+
+// A span of one sequence in KV block 0 at 1-D positions shifted by rope_offset.
+SequenceInput span_input(const std::vector<int32_t>& ids, int64_t start, LogitRows rows,
+                         int64_t rope_offset = 0) {
+  SequenceInput s;
+  s.tokens = ids;
+  s.start = start;
+  s.blocks = Span<const int32_t>(&kBlock0, 1);
+  s.logits = rows;
+  s.rope_offset = rope_offset;
+  return s;
+}
+
+Result<Tensor> forward_one(Model& model, const SequenceInput& s) {
+  return model.forward(Span<const SequenceInput>(&s, 1));
+}
+
+// The image prompt `ids` at cache position 0 with the images' `features`: its 3-D positions from
+// qwen3_vl_rope_index. Returns the logits; `index` gets the positions and the rope delta.
+Result<Tensor> forward_image_prompt(Model& model, const std::vector<int32_t>& ids,
+                                    const std::vector<std::array<int64_t, 3>>& grids,
+                                    const ImageFeatures& features, LogitRows rows,
+                                    RopeIndex* index) {
+  const ModelConfig& c = model.config();
+  KUIPER_ASSIGN_OR_RETURN(*index, qwen3_vl_rope_index(ids, c.image_token_id,
+                                                      c.vision->spatial_merge_size, grids));
+  SequenceInput s = span_input(ids, 0, rows);
+  s.rope_positions = index->positions;
+  s.image = &features;
+  return forward_one(model, s);
 }
 
 // Every position's top ids against the golden ones where the golden ranking is unambiguous, and
@@ -79,8 +110,10 @@ void expect_logits_match(const std::vector<float>& all, const Golden& g, const s
 }
 
 // Teacher-forced greedy decode from `logits` (the prompt's last row): each step feeds the golden
-// token at the next cache position and must pick the golden token where its margin is clear.
-void expect_greedy(Model& model, Result<Tensor> logits, const Golden& g, const std::string& p) {
+// token at the next cache position (rotating at it + rope_offset, the delta the prompt's images
+// leave) and must pick the golden token where its margin is clear.
+void expect_greedy(Model& model, Result<Tensor> logits, const Golden& g, const std::string& p,
+                   int64_t rope_offset) {
   const std::vector<int32_t>& greedy = g.at(p + ".greedy").i32;
   const std::vector<float>& margin = g.at(p + ".greedy_margin").f32;
   const int64_t T = static_cast<int64_t>(g.at(p + ".ids").i32.size());
@@ -94,7 +127,9 @@ void expect_greedy(Model& model, Result<Tensor> logits, const Golden& g, const s
       EXPECT_EQ(top_k(row.data(), V, 1)[0], greedy[step]) << p << " step " << step;
       ++checked;
     }
-    logits = model.forward({greedy[step]}, T + static_cast<int64_t>(step), false);
+    const std::vector<int32_t> token = {greedy[step]};
+    logits = forward_one(model, span_input(token, T + static_cast<int64_t>(step), LogitRows::kLast,
+                                           rope_offset));
   }
   EXPECT_GT(checked, static_cast<int>(greedy.size()) / 2);
 }
@@ -148,6 +183,11 @@ TEST(VlRopeIndex, TextIsArangeAndMismatchesAreErrors) {
   EXPECT_FALSE(qwen3_vl_rope_index(ids, pad, 2, {{1, 3, 6}, {2, 2, 2}}).ok());
 }
 
+ImageFeatures golden_features(const Golden& g) {
+  return {golden_tensor(g, "image.vision_embeds"),
+          {golden_tensor(g, "image.deepstack0"), golden_tensor(g, "image.deepstack1")}};
+}
+
 // The golden checks on one device.
 void text_only_chat(const ModelOptions& options) {
   Golden g = Golden::load(kFixture);
@@ -166,24 +206,21 @@ void image_prompt_with_golden_vision(const ModelOptions& options) {
   ASSERT_NE(model, nullptr);
   const std::vector<int32_t>& ids = g.at("img.ids").i32;
   const std::vector<std::array<int64_t, 3>> grids = {golden_grid(g, "image.grid_thw_fast")};
-  const Tensor embeds = golden_tensor(g, "image.vision_embeds");
-  const std::vector<Tensor> deepstack = {golden_tensor(g, "image.deepstack0"),
-                                         golden_tensor(g, "image.deepstack1")};
+  const ImageFeatures features = golden_features(g);
   const size_t V = static_cast<size_t>(model->config().vocab_size);
-  Result<Tensor> all = model->forward_with_vision_embeds(ids, 0, grids, embeds, deepstack, true);
+  RopeIndex index;
+  Result<Tensor> all = forward_image_prompt(*model, ids, grids, features, LogitRows::kAll, &index);
   ASSERT_TRUE(all.ok()) << all.status().message();
   expect_logits_match(host_floats(*all), g, "img", V);
 
   const std::vector<int32_t>& pos = g.at("img.position_ids").i32;
   const int64_t T = static_cast<int64_t>(ids.size());
-  const int64_t delta = *std::max_element(pos.begin(), pos.end()) + 1 - T;
-  EXPECT_EQ(model->rope_delta_at(T), delta);
-  EXPECT_EQ(model->rope_delta_at(0), 0);
+  EXPECT_EQ(index.delta, *std::max_element(pos.begin(), pos.end()) + 1 - T);
 
   // Again with only the last row, then decode: the delta carries into every step.
-  Result<Tensor> last = model->forward_with_vision_embeds(ids, 0, grids, embeds, deepstack, false);
+  Result<Tensor> last = forward_image_prompt(*model, ids, grids, features, LogitRows::kLast, &index);
   ASSERT_TRUE(last.ok()) << last.status().message();
-  expect_greedy(*model, std::move(last), g, "img");
+  expect_greedy(*model, std::move(last), g, "img", index.delta);
 }
 
 ProcessedImage golden_pixels(const Golden& g, const std::string& kind) {
@@ -207,7 +244,9 @@ void image_prompt_from_pixels(const ModelOptions& options, const ProcessedImage&
   const size_t V = static_cast<size_t>(model->config().vocab_size);
 
   // The tower's output against the golden one, for the record.
-  Result<VisionOutput> vision = model->encode_images({image});
+  Result<ImagePixels> pixels = image_pixels({image});
+  ASSERT_TRUE(pixels.ok()) << pixels.status().message();
+  Result<ImageFeatures> vision = model->encode_images(*pixels);
   ASSERT_TRUE(vision.ok()) << vision.status().message();
   const std::vector<float> want = g.at("image.vision_embeds").f32;
   const std::vector<float> got = host_floats(vision->embeds);
@@ -215,7 +254,12 @@ void image_prompt_from_pixels(const ModelOptions& options, const ProcessedImage&
   std::printf("[ measured ] vision embeds max rel error %.3g\n",
               relative_max_error(got.data(), want.data(), want.size()));
 
-  Result<Tensor> last = model->forward_with_images(ids, 0, {image}, false);
+  Result<ImageSpan> span = encode_image_span(*model, ids, 0, {image});
+  ASSERT_TRUE(span.ok()) << span.status().message();
+  SequenceInput prompt = span_input(ids, 0, LogitRows::kLast);
+  prompt.rope_positions = span->index.positions;
+  prompt.image = &span->features;
+  Result<Tensor> last = forward_one(*model, prompt);
   ASSERT_TRUE(last.ok()) << last.status().message();
   const std::vector<float> row = host_floats(*last);
   const std::vector<float>& golden_last = g.at("img.logits_last").f32;
@@ -223,7 +267,7 @@ void image_prompt_from_pixels(const ModelOptions& options, const ProcessedImage&
   const double err = relative_max_error(row.data(), golden_last.data(), V);
   std::printf("[ measured ] img from pixels: last-position logits max rel error %.3g\n", err);
   EXPECT_LE(err, tolerance);
-  expect_greedy(*model, std::move(last), g, "img");
+  expect_greedy(*model, std::move(last), g, "img", span->index.delta);
 }
 
 Result<ProcessedImage> test_image_pixels(const Model& model) {
@@ -248,9 +292,11 @@ void wrong_vision_rows_do_not_match(const ModelOptions& options) {
   auto model = load_vl(options);
   ASSERT_NE(model, nullptr);
   const std::vector<int32_t>& ids = g.at("img.ids").i32;
-  const Tensor embeds = golden_tensor(g, "image.vision_embeds");
-  Result<Tensor> no_deepstack = model->forward_with_vision_embeds(
-      ids, 0, {golden_grid(g, "image.grid_thw_fast")}, embeds, {}, false);
+  const ImageFeatures embeds_only = {golden_tensor(g, "image.vision_embeds"), {}};
+  RopeIndex index;
+  Result<Tensor> no_deepstack =
+      forward_image_prompt(*model, ids, {golden_grid(g, "image.grid_thw_fast")}, embeds_only,
+                           LogitRows::kLast, &index);
   ASSERT_TRUE(no_deepstack.ok()) << no_deepstack.status().message();
   const std::vector<float>& want = g.at("img.logits_last").f32;
   EXPECT_GT(relative_max_error(host_floats(*no_deepstack).data(), want.data(), want.size()), 1e-3);
@@ -286,31 +332,60 @@ TEST(VlModel, ImagesThatDoNotFitThePromptAreErrors) {
   Golden g = Golden::load(kFixture);
   const std::vector<int32_t>& ids = g.at("img.ids").i32;
   ProcessedImage image = golden_pixels(g, "fast");
-  Result<Tensor> r = model->forward_with_images(ids, 0, {image, image}, false);
+  Result<ImageSpan> r = encode_image_span(*model, ids, 0, {image, image});
   EXPECT_EQ(r.status().message(), "the prompt has tokens for 1 image(s) but 2 were given");
+  // Patches of the wrong size for the tower, and pixel values that do not fill the grid.
+  ImagePixels half;
+  half.values = Tensor::empty({2 * image.patches, image.patch_dim / 2}, DataType::kFp32).value();
+  half.grids = {image.grid};
+  Result<ImageFeatures> features = model->encode_images(half);
+  EXPECT_NE(features.status().message().find("pixel_values must be CPU fp32 [patches, 1536]"),
+            std::string::npos)
+      << features.status().message();
   image.patch_dim = 768;
-  r = model->forward_with_images(ids, 0, {image}, false);
-  EXPECT_NE(r.status().message().find("the vision tower takes patches of 1536"), std::string::npos)
+  r = encode_image_span(*model, ids, 0, {image});
+  EXPECT_NE(r.status().message().find("image 0: 280 patches of 768 values"), std::string::npos)
       << r.status().message();
 }
 
-// The delta belongs to the cache rows after the image: rewriting the cache from before the image
+TEST(VlModel, TextModelsTakeNoImages) {
+  Result<std::unique_ptr<Model>> text =
+      Model::load(converted_fixture("qwen3-tiny", DataType::kFp32), ModelOptions{});
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  ImagePixels pixels;
+  EXPECT_EQ((*text)->encode_images(pixels).status().message(), "a qwen3 model takes no images");
+}
+
+// The delta belongs to the cache rows after the image: cutting the cache back to before the image
 // (a new conversation, a rewound prefix) drops it; continuing after it keeps it.
 TEST(VlModel, RopeDeltaFollowsTheCache) {
-  auto model = load_vl(ModelOptions{});
-  ASSERT_NE(model, nullptr);
   Golden g = Golden::load(kFixture);
   const std::vector<int32_t>& ids = g.at("img.ids").i32;
   const int64_t T = static_cast<int64_t>(ids.size());
-  ASSERT_TRUE(model->forward_with_images(ids, 0, {golden_pixels(g, "fast")}, false).ok());
-  const int64_t delta = model->rope_delta_at(T);
+  const ModelConfig config =
+      ModelConfig::from_hf(nlohmann::json::parse(
+                               read_text(fixtures_dir() + "/" + kFixture + "/config.json")))
+          .value();
+  Result<RopeIndex> index = qwen3_vl_rope_index(ids, config.image_token_id,
+                                                config.vision->spatial_merge_size,
+                                                {golden_grid(g, "image.grid_thw_fast")});
+  ASSERT_TRUE(index.ok()) << index.status().message();
+  RopeDeltas deltas;
+  deltas.add(*index, 0, T);
+  const int64_t delta = deltas.at(T);
+  EXPECT_EQ(delta, index->delta);
   EXPECT_LT(delta, 0);
-  ASSERT_TRUE(model->forward({ids.back()}, T, false).ok());
-  EXPECT_EQ(model->rope_delta_at(T + 1), delta);
-  ASSERT_TRUE(model->forward({ids.back()}, T - 1, false).ok());  // rewrites the last row only
-  EXPECT_EQ(model->rope_delta_at(T), delta);
-  ASSERT_TRUE(model->forward({ids[0], ids[1]}, 0, false).ok());  // a new prompt from the start
-  EXPECT_EQ(model->rope_delta_at(T), 0);
+  EXPECT_EQ(deltas.at(0), 0);
+  deltas.truncate(T - 1);  // rewrites the last row only
+  EXPECT_EQ(deltas.at(T), delta);
+  deltas.truncate(0);  // a new prompt from the start
+  EXPECT_EQ(deltas.at(T), 0);
+  // The same prompt again after 5 cached text tokens (rotary positions 5 on): the same delta.
+  RopeIndex later = *index;
+  for (int32_t& p : later.positions) p += 5;
+  deltas.add(later, 5, T);
+  EXPECT_EQ(deltas.at(T + 5), delta);
+  EXPECT_EQ(deltas.at(4), 0);
 }
 
 TEST(VlModel, DeepstackMatters) { wrong_vision_rows_do_not_match(ModelOptions{}); }
@@ -321,15 +396,15 @@ TEST(VlModel, BadInputsAreClearErrors) {
   Golden g = Golden::load(kFixture);
   const std::vector<int32_t>& ids = g.at("img.ids").i32;
   Result<Tensor> r = model->forward(ids, 0, false);
-  EXPECT_NE(r.status().message().find("is an image token"), std::string::npos)
-      << r.status().message();
-  const Tensor embeds = golden_tensor(g, "image.vision_embeds");
-  Tensor short_embeds = embeds.rows(0, 69);
-  r = model->forward_with_vision_embeds(ids, 0, {golden_grid(g, "image.grid_thw_fast")},
-                                        short_embeds, {}, false);
   EXPECT_EQ(r.status().message(),
-            "vision embeddings must be [70, 128] for the prompt's image tokens, got "
-            "fp32[69,128]@cpu");
+            "forward: the span holds 70 image tokens (" +
+                std::to_string(model->config().image_token_id) + ") but no image features");
+  const ImageFeatures short_embeds = {golden_tensor(g, "image.vision_embeds").rows(0, 69), {}};
+  RopeIndex index;
+  r = forward_image_prompt(*model, ids, {golden_grid(g, "image.grid_thw_fast")}, short_embeds,
+                           LogitRows::kLast, &index);
+  EXPECT_EQ(r.status().message(),
+            "forward: the span's 70 image tokens take feature rows 0..70 of 69");
 }
 
 ModelOptions cuda_options(bool graph) {
@@ -372,7 +447,12 @@ TEST(CudaVlModel, Fp16ImagePromptAgreesOnTopTokens) {
   Golden g = Golden::load(kFixture);
   const std::vector<int32_t>& ids = g.at("img.ids").i32;
   const size_t V = static_cast<size_t>(model->config().vocab_size), T = ids.size();
-  Result<Tensor> all = model->forward_with_images(ids, 0, {golden_pixels(g, "fast")}, true);
+  Result<ImageSpan> span = encode_image_span(*model, ids, 0, {golden_pixels(g, "fast")});
+  ASSERT_TRUE(span.ok()) << span.status().message();
+  SequenceInput prompt = span_input(ids, 0, LogitRows::kAll);
+  prompt.rope_positions = span->index.positions;
+  prompt.image = &span->features;
+  Result<Tensor> all = forward_one(*model, prompt);
   ASSERT_TRUE(all.ok()) << all.status().message();
   const std::vector<float> logits = host_floats(*all);
   const std::vector<float>& last = g.at("img.logits_last").f32;
@@ -389,12 +469,15 @@ TEST(CudaVlModel, Fp16ImagePromptAgreesOnTopTokens) {
   EXPECT_GT(compared, static_cast<int>(T) / 2);
   const std::vector<int32_t>& greedy = g.at("img.greedy").i32;
   const std::vector<float>& margin = g.at("img.greedy_margin").f32;
-  Result<Tensor> step = model->forward_with_images(ids, 0, {golden_pixels(g, "fast")}, false);
+  prompt.logits = LogitRows::kLast;
+  Result<Tensor> step = forward_one(*model, prompt);
   for (size_t i = 0; i < greedy.size(); ++i) {
     ASSERT_TRUE(step.ok()) << step.status().message();
     const std::vector<float> row = host_floats(*step);
     if (margin[i] > 0.05f) EXPECT_EQ(top_k(row.data(), V, 1)[0], greedy[i]) << "step " << i;
-    step = model->forward({greedy[i]}, static_cast<int64_t>(T + i), false);
+    const std::vector<int32_t> token = {greedy[i]};
+    step = forward_one(*model, span_input(token, static_cast<int64_t>(T + i), LogitRows::kLast,
+                                          span->index.delta));
   }
 }
 

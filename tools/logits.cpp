@@ -12,7 +12,6 @@
 #include <glog/logging.h>
 
 #include "kuiper/model/model.h"
-#include "kuiper/model/qwen3_vl_model.h"
 #include "kuiper/runtime/vision_input.h"
 
 DEFINE_string(model, "", "Kuiper model file (.bin)");
@@ -121,24 +120,41 @@ Status run(const std::vector<std::string>& image_paths) {
 
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<kuiper::Model> model,
                           kuiper::Model::load(FLAGS_model, options));
+  // One span of the sequence in KV block 0, the last row's logits wanted.
+  static const int32_t kBlock = 0;
+  auto span_input = [](const std::vector<int32_t>& tokens, int64_t start) {
+    kuiper::SequenceInput s;
+    s.tokens = tokens;
+    s.start = start;
+    s.blocks = kuiper::Span<const int32_t>(&kBlock, 1);
+    return s;
+  };
   kuiper::Tensor logits;
   size_t prefilled = 0;  // tokens run in one prefill before the decode steps
+  int64_t rope_offset = 0;  // the rotary shift the images leave for the tokens after them
   if (!images.empty()) {
-    auto* vl = dynamic_cast<kuiper::Qwen3VLModel*>(model.get());
-    if (vl == nullptr) return Status::Error("--image: " + FLAGS_model + " takes no images");
     // Everything through the last image runs as one prefill, which the images need.
     const auto runs =
         kuiper::image_pad_runs(ids, static_cast<int32_t>(model->config().image_token_id));
     prefilled = FLAGS_decode ? runs.back().second : ids.size();
     const std::vector<int32_t> head(ids.begin(),
                                     ids.begin() + static_cast<std::ptrdiff_t>(prefilled));
-    KUIPER_ASSIGN_OR_RETURN(logits, vl->forward_with_images(head, 0, images, false));
+    KUIPER_ASSIGN_OR_RETURN(kuiper::ImageSpan span,
+                            kuiper::encode_image_span(*model, head, 0, images));
+    kuiper::SequenceInput prompt = span_input(head, 0);
+    prompt.rope_positions = span.index.positions;
+    prompt.image = &span.features;
+    KUIPER_ASSIGN_OR_RETURN(logits, model->forward(kuiper::Span<const kuiper::SequenceInput>(&prompt, 1)));
+    rope_offset = span.index.delta;
   } else if (!FLAGS_decode) {
     prefilled = ids.size();
     KUIPER_ASSIGN_OR_RETURN(logits, model->forward(ids, 0, false));
   }
   for (size_t i = prefilled; i < ids.size(); ++i) {
-    KUIPER_ASSIGN_OR_RETURN(logits, model->forward({ids[i]}, static_cast<int64_t>(i), false));
+    const std::vector<int32_t> token = {ids[i]};
+    kuiper::SequenceInput step = span_input(token, static_cast<int64_t>(i));
+    step.rope_offset = rope_offset;
+    KUIPER_ASSIGN_OR_RETURN(logits, model->forward(kuiper::Span<const kuiper::SequenceInput>(&step, 1)));
   }
   KUIPER_ASSIGN_OR_RETURN(kuiper::Tensor host, logits.to(kuiper::DeviceType::kCpu));
 

@@ -14,6 +14,10 @@ class Allocator {
   virtual DeviceType device() const = 0;
   virtual Result<void*> allocate(size_t bytes) = 0;
   virtual void release(void* ptr, size_t bytes) = 0;
+  // Gives memory cached for reuse back to the system (a caching allocator's free blocks; may
+  // synchronise the device). For after a load that freed many blocks no later request will reuse,
+  // e.g. weights copied into stacks. Nothing to do for an allocator that caches nothing.
+  virtual void release_cached() {}
 };
 
 // The process-wide allocator of a device. CUDA is an error in a build without CUDA or on a

@@ -81,7 +81,7 @@ class CudaCachingAllocator final : public Allocator {
     stats_.peak = stats_.in_use;
   }
 
-  void release_cached() {
+  void release_cached() override {
     std::lock_guard<std::mutex> lock(mutex_);
     release_cached_blocks();
   }
@@ -117,7 +117,6 @@ Allocator* cuda_caching_allocator() { return &instance(); }
 namespace cuda {
 MemoryStats memory_stats() { return instance().stats(); }
 void reset_peak_memory() { instance().reset_peak(); }
-void release_cached_memory() { instance().release_cached(); }
 }  // namespace cuda
 
 }  // namespace kuiper

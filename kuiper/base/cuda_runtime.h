@@ -25,9 +25,6 @@ struct MemoryStats {
 };
 MemoryStats memory_stats();
 void reset_peak_memory();
-// Gives the caching allocator's free blocks back to CUDA (synchronises the device). For after a
-// load that freed many blocks no later request will reuse, e.g. weights copied into stacks.
-void release_cached_memory();
 
 inline Status check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();

@@ -1,12 +1,15 @@
-// Model: a loaded Qwen-family checkpoint on one device with its KV cache. The runtime drives it
-// with forward(); everything device-specific lives below in the op layer.
+// Model: a loaded Qwen-family checkpoint on one device with its KV cache pool. The runtime drives
+// it with forward() over a batch of sequences (kuiper/model/batch.h); everything device-specific
+// lives below in the op layer and the backend (base/).
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kuiper/model/batch.h"
 #include "kuiper/model/config.h"
+#include "kuiper/model/images.h"
 #include "kuiper/model/model_file.h"
 #include "kuiper/tensor/tensor.h"
 
@@ -17,10 +20,13 @@ struct ModelOptions {
   AttentionKind attention = AttentionKind::kFlash2;
   // Activation (and KV cache) dtype: fp32 on the CPU; fp16 or fp32 on CUDA.
   DataType activation = DataType::kFp32;
-  // KV cache length in tokens; 0 means the model's max_position_embeddings.
+  // KV cache length of one sequence in tokens; 0 means the model's max_position_embeddings.
   int64_t max_context = 4096;
-  // Decode steps (one token) run as a CUDA graph captured at the first step and replayed at
-  // every later one; the step's token and position are read from device memory. CUDA only.
+  // Sequences whose KV caches the pool holds at once: blocks of max_context rows (see batch.h).
+  int64_t max_sequences = 1;
+  // Decode steps (one text token) run as a CUDA graph captured at a sequence block's first step
+  // and replayed at every later one; the step's token and position are read from device memory.
+  // CUDA only.
   bool cuda_graph = false;
   // Prompts longer than this run through the layers this many tokens at a time (the KV cache
   // carries the earlier chunks), so prefill activations stay bounded by the chunk, not the
@@ -46,12 +52,24 @@ class Model {
   const ModelOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }
 
-  // Runs ids at positions [start, start + ids.size()) and stores their keys and values in the
-  // cache; earlier positions must already be there. Returns fp32 logits on the model's device:
-  // [ids.size(), vocab] when all_logits, else [1, vocab] for the last position. The tensor is
-  // the model's own buffer: valid until the next call.
-  virtual Result<Tensor> forward(const std::vector<int32_t>& ids, int64_t start,
-                                 bool all_logits) = 0;
+  int64_t kv_block_size() const { return max_context_; }
+  int64_t kv_blocks() const { return options_.max_sequences; }
+
+  // Runs a batch of sequences (see batch.h for what an entry means and what the caller
+  // guarantees). Every entry is checked before anything runs: token ids in the vocabulary,
+  // positions within the context, block ids in the pool and no block written twice, the shape of
+  // 3-D positions, image features for every image-pad token and rows for each; an invalid entry is
+  // an error naming it and nothing is written. Returns fp32 logits on the model's device, one row
+  // per requested row ([sum of the entries' rows, vocab]), entries in batch order and each
+  // entry's rows in token order. The tensor is the model's own buffer: valid until the next call.
+  Result<Tensor> forward(Span<const SequenceInput> batch);
+  // One sequence in KV block 0 at 1-D positions [start, start + ids.size()): the last row's
+  // logits [1, vocab], or every row's when all_logits.
+  Result<Tensor> forward(const std::vector<int32_t>& ids, int64_t start, bool all_logits);
+
+  // The vision tower (vision-language models): the features of `images`, on the model's device
+  // in its activation dtype. An error for a model without a vision tower.
+  virtual Result<ImageFeatures> encode_images(const ImagePixels& images);
 
  protected:
   Model(ModelConfig config, std::shared_ptr<ModelFile> file, const ModelOptions& options,
@@ -60,6 +78,10 @@ class Model {
         file_(std::move(file)),
         options_(options),
         max_context_(max_context) {}
+
+  // forward() after the batch passed check_batch().
+  virtual Result<Tensor> run_batch(Span<const SequenceInput> batch) = 0;
+  Status check_batch(Span<const SequenceInput> batch) const;
 
   ModelConfig config_;
   std::shared_ptr<ModelFile> file_;

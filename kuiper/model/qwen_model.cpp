@@ -1,63 +1,13 @@
 #include "kuiper/model/qwen_model.h"
-#include "kuiper/model/qwen3_vl_model.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "kuiper/base/allocator.h"
 #include "kuiper/op/ops.h"
-#ifdef KUIPER_WITH_CUDA
-#include "kuiper/base/cuda_runtime.h"
-#endif
 
 namespace kuiper {
-
-Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& options) {
-  KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelFile> file, ModelFile::open(path));
-  switch (file->config().arch) {
-    case Architecture::kQwen2:
-    case Architecture::kQwen3: {
-      KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
-                              QwenModel::create(std::move(file), options));
-      return std::unique_ptr<Model>(std::move(model));
-    }
-    case Architecture::kQwen3VL: {
-      KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3VLModel> model,
-                              Qwen3VLModel::create(std::move(file), options));
-      return std::unique_ptr<Model>(std::move(model));
-    }
-    default:
-      return Status::Error(path + ": architecture '" + architecture_name(file->config().arch) +
-                           "' is not supported by this build");
-  }
-}
-
-Result<std::unique_ptr<Model>> Model::random(const ModelConfig& config,
-                                             const ModelOptions& options, uint64_t seed) {
-  switch (config.arch) {
-    case Architecture::kQwen2:
-    case Architecture::kQwen3: {
-      KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
-                              QwenModel::create_random(config, options, seed));
-      return std::unique_ptr<Model>(std::move(model));
-    }
-    default:
-      return Status::Error(std::string("architecture '") + architecture_name(config.arch) +
-                           "' has no random-weight model");
-  }
-}
-
-// The decode step captured once as a CUDA graph. Everything it touches has a fixed address
-// (weights, KV cache, the decode workspace) and everything that changes per step (token,
-// position) is read from device memory, so the same graph serves every step.
-struct QwenModel::DecodeGraph {
-#ifdef KUIPER_WITH_CUDA
-  cudaGraphExec_t exec = nullptr;
-  ~DecodeGraph() {
-    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
-  }
-#endif
-};
 
 QwenModel::QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file,
                      const ModelOptions& options, int64_t max_context)
@@ -81,6 +31,10 @@ Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
     return Status::Error(std::string("CUDA graph decode needs the cuda device, not ") +
                          device_name(options.device));
   }
+  if (options.max_sequences < 1) {
+    return Status::Error("max_sequences must be at least 1, not " +
+                         std::to_string(options.max_sequences));
+  }
   const int64_t max_context =
       options.max_context > 0 ? options.max_context : config.max_position_embeddings;
   std::unique_ptr<QwenModel> model(
@@ -101,8 +55,8 @@ Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
     return options.cuda_graph ? decode.status().With("CUDA graph decode") : decode.status();
   }
   model->decode_attention_ = std::move(decode).value();
-  KUIPER_ASSIGN_OR_RETURN(model->decode_ws_, model->make_workspace(1, 1));
-  if (options.cuda_graph) model->graph_ = std::make_unique<DecodeGraph>();
+  KUIPER_ASSIGN_OR_RETURN(model->decode_ws_, model->make_workspace(1));
+  if (options.cuda_graph) model->decode_graphs_.resize(static_cast<size_t>(options.max_sequences));
   return model;
 }
 
@@ -142,6 +96,14 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create(std::shared_ptr<ModelFile> 
     return Status::Ok();
   };
   KUIPER_RETURN_IF_ERROR(model->build_weights(get).With(path));
+  if (model->config_.vision.has_value()) {
+    // The vision tower reads its weights from the same mapped file (the model file checked them).
+    Result<std::unique_ptr<VisionEncoder>> vision = VisionEncoder::create(
+        *model->config_.vision,
+        [file = model->file_](const std::string& name) { return file->tensor(name); }, dev, act);
+    if (!vision.ok()) return vision.status().With(path + ": vision tower");
+    model->vision_ = std::move(vision).value();
+  }
   return model;
 }
 
@@ -206,8 +168,9 @@ Status QwenModel::build_weights(Get&& get) {
     KUIPER_RETURN_IF_ERROR(get(p + "mlp.gate_proj.weight", {I, H}, L.gate_proj));
     KUIPER_RETURN_IF_ERROR(get(p + "mlp.up_proj.weight", {I, H}, L.up_proj));
     KUIPER_RETURN_IF_ERROR(get(p + "mlp.down_proj.weight", {H, I}, L.down_proj));
-    KUIPER_ASSIGN_OR_RETURN(L.k_cache, Tensor::empty({max_context_, c.kv_dim()}, act, dev));
-    KUIPER_ASSIGN_OR_RETURN(L.v_cache, Tensor::empty({max_context_, c.kv_dim()}, act, dev));
+    const int64_t pool_rows = kv_blocks() * kv_block_size();
+    KUIPER_ASSIGN_OR_RETURN(L.k_cache, Tensor::empty({pool_rows, c.kv_dim()}, act, dev));
+    KUIPER_ASSIGN_OR_RETURN(L.v_cache, Tensor::empty({pool_rows, c.kv_dim()}, act, dev));
   }
   return dev == DeviceType::kCpu ? Status::Ok() : stack_projections();
 }
@@ -248,15 +211,14 @@ Status QwenModel::stack_projections() {
     }
     KUIPER_ASSIGN_OR_RETURN(L.gate_up_proj, stack_rows({&L.gate_proj, &L.up_proj}));
   }
-#ifdef KUIPER_WITH_CUDA
-  // The separate copies went back to the caching allocator, in sizes nothing else asks for (an
-  // 8B model: 240 MB a layer, 8.4 GB in all): return them to CUDA.
-  cuda::release_cached_memory();
-#endif
+  // The separate copies went back to the device allocator, in sizes nothing else asks for (an 8B
+  // model: 240 MB a layer, 8.4 GB in all): give them back.
+  KUIPER_ASSIGN_OR_RETURN(Allocator * allocator, allocator_for(options_.device));
+  allocator->release_cached();
   return Status::Ok();
 }
 
-Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap, int64_t logit_rows) const {
+Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   const ModelConfig& c = config_;
   const DeviceType dev = options_.device;
   const DataType act = options_.activation;
@@ -280,6 +242,7 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap, int64_t logi
     KUIPER_ASSIGN_OR_RETURN(w.gate_up, Tensor::empty({1, 2 * I}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(w.gate, row_slice(w.gate_up, 0, I));
     KUIPER_ASSIGN_OR_RETURN(w.up, row_slice(w.gate_up, I, I));
+    KUIPER_ASSIGN_OR_RETURN(w.logits, Tensor::empty({1, c.vocab_size}, DataType::kFp32, dev));
   } else {
     KUIPER_ASSIGN_OR_RETURN(w.q, Tensor::empty({cap, c.q_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(w.k, Tensor::empty({cap, c.kv_dim()}, act, dev));
@@ -287,13 +250,15 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap, int64_t logi
     KUIPER_ASSIGN_OR_RETURN(w.gate, Tensor::empty({cap, I}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(w.up, Tensor::empty({cap, I}, act, dev));
   }
-  KUIPER_ASSIGN_OR_RETURN(w.logits,
-                          Tensor::empty({logit_rows, c.vocab_size}, DataType::kFp32, dev));
   return w;
 }
 
-Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t start) {
+Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   const ModelConfig& c = config_;
+  const int64_t T = pass.T, block_size = kv_block_size();
+  // Today's kernels on the sequence's block, a contiguous [block_size, kv_dim] view of the pool.
+  Tensor k_cache = L.k_cache.rows(pass.block * block_size, block_size);
+  Tensor v_cache = L.v_cache.rows(pass.block * block_size, block_size);
   const double eps = c.rms_norm_eps;
   Tensor x = ws.x.rows(0, T), h = ws.h.rows(0, T);
   Tensor q = ws.q.rows(0, T), k = ws.k.rows(0, T), v = ws.v.rows(0, T);
@@ -319,11 +284,11 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
   }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
-  if (c.is_mrope() && rope_axes_equal_) {  // Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p
+  if (c.is_mrope() && pass.rope_axes_equal) {  // Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p
     Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [3, T] positions
     KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
         q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
-        positions, c.rope_theta, L.k_cache, L.v_cache, &rotary));
+        positions, c.rope_theta, k_cache, v_cache, &rotary));
   } else if (c.is_mrope()) {  // Qwen3-VL: the rotary positions are [3, T], apart from the cache rows
     KUIPER_ASSIGN_OR_RETURN(Tensor rope3, ws.rope_positions.rows(0, 3 * T).reshape({3, T}));
     if (c.qk_norm) {
@@ -332,22 +297,20 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
     }
     KUIPER_RETURN_IF_ERROR(op::mrope(q_heads, rope3, c.rope_theta, c.mrope_section));
     KUIPER_RETURN_IF_ERROR(op::mrope(k_heads, rope3, c.rope_theta, c.mrope_section));
-    KUIPER_RETURN_IF_ERROR(op::kv_write(k, L.k_cache, positions));
-    KUIPER_RETURN_IF_ERROR(op::kv_write(v, L.v_cache, positions));
+    KUIPER_RETURN_IF_ERROR(op::kv_write(k, k_cache, positions));
+    KUIPER_RETURN_IF_ERROR(op::kv_write(v, v_cache, positions));
   } else {
     KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
         q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
-        positions, c.rope_theta, L.k_cache, L.v_cache));
+        positions, c.rope_theta, k_cache, v_cache));
   }
 
   op::AttentionArgs args;
   args.q = q_heads;
-  KUIPER_ASSIGN_OR_RETURN(args.k_cache,
-                          L.k_cache.reshape({max_context_, c.num_kv_heads, c.head_dim}));
-  KUIPER_ASSIGN_OR_RETURN(args.v_cache,
-                          L.v_cache.reshape({max_context_, c.num_kv_heads, c.head_dim}));
+  KUIPER_ASSIGN_OR_RETURN(args.k_cache, k_cache.reshape({block_size, c.num_kv_heads, c.head_dim}));
+  KUIPER_ASSIGN_OR_RETURN(args.v_cache, v_cache.reshape({block_size, c.num_kv_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(args.out, attn.reshape({T, c.num_heads, c.head_dim}));
-  args.start = start;
+  args.start = pass.start;
   if (T == 1) args.device_position = positions;  // what graph-safe decode kernels read
   op::AttentionOp& attention = T == 1 ? *decode_attention_ : *prefill_attention_;
   KUIPER_RETURN_IF_ERROR(attention.forward(args));
@@ -370,117 +333,229 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, int64_t T, int64_t st
   return op::linear(gate, L.down_proj, residual, x);
 }
 
-Status QwenModel::run_forward(const Workspace& ws, int64_t T, int64_t start, int64_t logit_rows,
-                              int64_t logit_row0) {
+Status QwenModel::apply_image_rows(const Pass& pass, int64_t layer, Tensor& x) const {
+  if (pass.image == nullptr) return Status::Ok();
+  const ImageFeatures& f = pass.image->features;
+  if (layer >= static_cast<int64_t>(f.deepstack.size())) return Status::Ok();
+  // The image embeddings replace the pad rows' token embeddings (layer -1); deepstack feature k
+  // is added after layer k. Each run's overlap with the pass's rows.
+  for (const ImageRun& run : pass.image->runs) {
+    const int64_t lo = std::max(run.row, pass.row0);
+    const int64_t hi = std::min(run.row + run.count, pass.row0 + pass.T);
+    if (lo >= hi) continue;
+    Tensor dst = x.rows(lo - pass.row0, hi - lo);
+    const int64_t src = run.feature_row + (lo - run.row);
+    if (layer < 0) {
+      KUIPER_RETURN_IF_ERROR(dst.copy_from(f.embeds.rows(src, hi - lo)));
+    } else {
+      KUIPER_RETURN_IF_ERROR(
+          op::add(dst, f.deepstack[static_cast<size_t>(layer)].rows(src, hi - lo), dst));
+    }
+  }
+  return Status::Ok();
+}
+
+Status QwenModel::run_forward(const Workspace& ws, const Pass& pass, Tensor logits) {
+  const int64_t T = pass.T;
   Tensor x = ws.x.rows(0, T);
   KUIPER_RETURN_IF_ERROR(op::embedding(embed_, ws.ids.rows(0, T), x));
-  if (hidden_hook_) KUIPER_RETURN_IF_ERROR(hidden_hook_(-1, x));
+  KUIPER_RETURN_IF_ERROR(apply_image_rows(pass, -1, x));
   for (size_t l = 0; l < layers_.size(); ++l) {
-    KUIPER_RETURN_IF_ERROR(run_layer(layers_[l], ws, T, start));
-    if (hidden_hook_) KUIPER_RETURN_IF_ERROR(hidden_hook_(static_cast<int64_t>(l), x));
+    KUIPER_RETURN_IF_ERROR(run_layer(layers_[l], ws, pass));
+    KUIPER_RETURN_IF_ERROR(apply_image_rows(pass, static_cast<int64_t>(l), x));
   }
-  if (logit_rows == 0) return Status::Ok();
-  const int64_t first = T - logit_rows;
-  Tensor last = ws.x.rows(first, logit_rows);
-  Tensor logits = ws.logits.rows(logit_row0, logit_rows);
-  if (logit_rows == 1) {  // the final norm rides in the lm_head GEMV
+  const int64_t rows = pass.logit_rows;
+  if (rows == 0) return Status::Ok();
+  const int64_t first = T - rows;
+  Tensor last = ws.x.rows(first, rows);
+  if (rows == 1) {  // the final norm rides in the lm_head GEMV
     op::LinearOptions head;
     head.norm = &final_norm_;
     head.eps = config_.rms_norm_eps;
     return op::linear(last, lm_head_, head, logits);
   }
-  Tensor normed = ws.h.rows(first, logit_rows);
+  Tensor normed = ws.h.rows(first, rows);
   KUIPER_RETURN_IF_ERROR(op::rmsnorm(last, final_norm_, config_.rms_norm_eps, normed));
   return op::matmul(normed, lm_head_, nullptr, logits);
 }
 
-Status QwenModel::run_decode_graph(int64_t start) {
-#ifdef KUIPER_WITH_CUDA
-  const cudaStream_t stream = cuda::stream();
-  if (graph_->exec != nullptr) {
-    KUIPER_CUDA_CHECK(cudaGraphLaunch(graph_->exec, stream));
-    return Status::Ok();
+Status QwenModel::run_decode_step(const Pass& pass) {
+  // The graph holds the fused qk-norm / RoPE / cache-write kernel, which rotates every axis by
+  // the first one's position, and no image rows: M-RoPE tokens whose axes differ run eagerly.
+  const bool graph_safe =
+      pass.image == nullptr && (!config_.is_mrope() || pass.rope_axes_equal);
+  if (decode_graphs_.empty() || !graph_safe) {
+    return run_forward(decode_ws_, pass, decode_ws_.logits);
   }
-  // The first step runs eagerly, which gives this step's logits and lets every op do its
-  // one-time setup (workspace allocation, kernel attributes) outside the capture; then the
-  // same step is captured, not executed, for the steps that follow. Nothing in the captured
-  // step may allocate or synchronise, and a failure must still end the capture, or the stream
-  // stays unusable.
-  KUIPER_RETURN_IF_ERROR(run_forward(decode_ws_, 1, start, 1));
-  KUIPER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const Status body = run_forward(decode_ws_, 1, start, 1);
-  cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-  if (!body.ok() || ended != cudaSuccess) {
-    (void)cudaGetLastError();  // the invalidated capture's error must not taint later launches
-    if (graph != nullptr) (void)cudaGraphDestroy(graph);
-    if (!body.ok()) return body.With("capturing the decode graph");
-    return cuda::check(ended, "capturing the decode graph");
-  }
-  const cudaError_t made = cudaGraphInstantiate(&graph_->exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  if (made != cudaSuccess) graph_->exec = nullptr;
-  return cuda::check(made, "cudaGraphInstantiate (decode step)");
-#else
-  (void)start;
-  return Status::Error("this build of Kuiper has no CUDA support");
-#endif
+  DeviceGraph& graph = decode_graphs_[static_cast<size_t>(pass.block)];
+  if (!graph.empty()) return graph.replay();
+  // The block's first step runs eagerly, which gives this step's logits and lets every op do its
+  // one-time setup (workspace allocation, kernel attributes) outside the capture; then the same
+  // step is captured, not executed, for the steps that follow.
+  KUIPER_RETURN_IF_ERROR(run_forward(decode_ws_, pass, decode_ws_.logits));
+  Result<DeviceGraph> captured =
+      DeviceGraph::capture([&] { return run_forward(decode_ws_, pass, decode_ws_.logits); });
+  if (!captured.ok()) return captured.status().With("the decode step");
+  graph = std::move(captured).value();
+  return Status::Ok();
 }
 
-Result<Tensor> QwenModel::forward(const std::vector<int32_t>& ids, int64_t start,
-                                  bool all_logits) {
-  const ModelConfig& c = config_;
-  const int64_t T = static_cast<int64_t>(ids.size());
-  if (T == 0) return Status::Error("forward: no tokens");
-  if (start < 0 || start + T > max_context_) {
-    return Status::Error("forward: positions " + std::to_string(start) + ".." +
-                         std::to_string(start + T) + " exceed the context of " +
-                         std::to_string(max_context_) + " tokens");
+namespace {
+
+// Copies n host int32 values into the first n entries of a device tensor.
+Status upload(const Tensor& dst, const int32_t* src, int64_t n) {
+  Tensor host = Tensor::view(const_cast<int32_t*>(src), {n}, DataType::kInt32, DeviceType::kCpu);
+  Tensor rows = dst.rows(0, n);
+  return rows.copy_from(host);
+}
+
+// t as the model's activation dtype on its device (t itself when it already is).
+Result<Tensor> to_activation(const Tensor& t, DataType act, DeviceType device) {
+  if (t.dtype() == act && t.device() == device) return t;
+  KUIPER_ASSIGN_OR_RETURN(Tensor host, t.to(DeviceType::kCpu));
+  Tensor converted = host;
+  if (host.dtype() != act) {
+    KUIPER_ASSIGN_OR_RETURN(converted, Tensor::empty(host.shape(), act));
+    KUIPER_RETURN_IF_ERROR(convert_elements(host.raw(), host.dtype(), converted.raw(), act,
+                                            static_cast<size_t>(host.numel())));
   }
-  for (int32_t id : ids) {
-    if (id < 0 || id >= c.vocab_size) {
-      return Status::Error("token id " + std::to_string(id) + " is outside the vocabulary (" +
-                           std::to_string(c.vocab_size) + ")");
-    }
+  return converted.to(device);
+}
+
+}  // namespace
+
+Result<QwenModel::ImageRows> QwenModel::image_rows(const SequenceInput& s) const {
+  ImageRows r;
+  const DataType act = options_.activation;
+  const DeviceType dev = options_.device;
+  KUIPER_ASSIGN_OR_RETURN(r.features.embeds, to_activation(s.image->embeds, act, dev));
+  for (const Tensor& d : s.image->deepstack) {
+    KUIPER_ASSIGN_OR_RETURN(Tensor converted, to_activation(d, act, dev));
+    r.features.deepstack.push_back(std::move(converted));
   }
-  const int64_t logit_rows = all_logits ? T : 1;
-  std::vector<int32_t> positions(static_cast<size_t>(T));
-  std::iota(positions.begin(), positions.end(), static_cast<int32_t>(start));
-  if (T == 1) {
-    Tensor host_ids = Tensor::view(const_cast<int32_t*>(ids.data()), {1}, DataType::kInt32,
-                                   DeviceType::kCpu);
-    Tensor host_pos = Tensor::view(positions.data(), {1}, DataType::kInt32, DeviceType::kCpu);
-    Tensor dev_ids = decode_ws_.ids.rows(0, 1), dev_pos = decode_ws_.positions.rows(0, 1);
-    KUIPER_RETURN_IF_ERROR(dev_ids.copy_from(host_ids));
-    KUIPER_RETURN_IF_ERROR(dev_pos.copy_from(host_pos));
-    if (graph_ != nullptr) {
-      KUIPER_RETURN_IF_ERROR(run_decode_graph(start));
+  const int64_t T = static_cast<int64_t>(s.tokens.size());
+  int64_t feature_row = s.image_row;
+  for (int64_t t = 0; t < T;) {
+    int64_t end = t;
+    while (end < T && s.tokens[static_cast<size_t>(end)] == config_.image_token_id) ++end;
+    if (end > t) {
+      r.runs.push_back({t, feature_row, end - t});
+      feature_row += end - t;
+      t = end;
     } else {
-      KUIPER_RETURN_IF_ERROR(run_forward(decode_ws_, 1, start, 1));
+      ++t;
     }
-    return decode_ws_.logits.rows(0, 1);
   }
-  // Prefill, options_.prefill_chunk tokens at a time: the workspace holds one chunk (plus every
-  // row's logits when all_logits), and each chunk attends to the cache the earlier ones wrote.
-  const int64_t chunk = options_.prefill_chunk > 0 ? std::min(options_.prefill_chunk, T) : T;
-  if (prefill_ws_.capacity < chunk || prefill_ws_.logits.dim(0) < logit_rows) {
+  return r;
+}
+
+Status QwenModel::run_sequence(const SequenceInput& s, const ImageRows* image, Tensor logits) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(s.tokens.size());
+  // Cache rows, and for M-RoPE the [3, T] rotary positions (1-D ones on every axis when none
+  // are given).
+  host_positions_.resize(static_cast<size_t>(T));
+  std::iota(host_positions_.begin(), host_positions_.end(), static_cast<int32_t>(s.start));
+  if (c.is_mrope()) {
+    host_rope_.resize(static_cast<size_t>(3 * T));
+    if (s.rope_positions.empty()) {
+      for (int64_t a = 0; a < 3; ++a) {
+        std::iota(host_rope_.begin() + a * T, host_rope_.begin() + (a + 1) * T,
+                  static_cast<int32_t>(s.start + s.rope_offset));
+      }
+    } else {
+      std::copy(s.rope_positions.begin(), s.rope_positions.end(), host_rope_.begin());
+    }
+  }
+  // Prefill, options_.prefill_chunk rows at a time: the workspace holds one pass, and each pass
+  // attends to the cache the earlier ones wrote.
+  const int64_t chunk = T > 1 && options_.prefill_chunk > 0 ? std::min(options_.prefill_chunk, T) : T;
+  if (T > 1 && prefill_ws_.capacity < chunk) {
     prefill_ws_ = Workspace();  // release the old buffers before allocating the larger ones
-    KUIPER_ASSIGN_OR_RETURN(prefill_ws_, make_workspace(chunk, logit_rows));
+    KUIPER_ASSIGN_OR_RETURN(prefill_ws_, make_workspace(chunk));
   }
-  const Workspace& ws = prefill_ws_;
+  const Workspace& ws = T == 1 ? decode_ws_ : prefill_ws_;
   for (int64_t c0 = 0; c0 < T; c0 += chunk) {
-    const int64_t n = std::min(chunk, T - c0);
-    Tensor host_ids = Tensor::view(const_cast<int32_t*>(ids.data()) + c0, {n}, DataType::kInt32,
-                                   DeviceType::kCpu);
-    Tensor host_pos = Tensor::view(positions.data() + c0, {n}, DataType::kInt32, DeviceType::kCpu);
-    Tensor dev_ids = ws.ids.rows(0, n), dev_pos = ws.positions.rows(0, n);
-    KUIPER_RETURN_IF_ERROR(dev_ids.copy_from(host_ids));
-    KUIPER_RETURN_IF_ERROR(dev_pos.copy_from(host_pos));
+    Pass pass;
+    pass.T = std::min(chunk, T - c0);
+    pass.start = s.start + c0;
+    pass.block = s.blocks[0];  // one block holds the whole context (see batch.h)
+    pass.row0 = c0;
+    const int64_t n = pass.T;
+    KUIPER_RETURN_IF_ERROR(upload(ws.ids, s.tokens.data() + c0, n));
+    KUIPER_RETURN_IF_ERROR(upload(ws.positions, host_positions_.data() + c0, n));
+    if (c.is_mrope()) {
+      // The pass's [3, n] rotary positions, and whether its three axes agree (text only).
+      host_pass_rope_.resize(static_cast<size_t>(3 * n));
+      bool equal = true;
+      for (int64_t a = 0; a < 3; ++a) {
+        for (int64_t t = 0; t < n; ++t) {
+          const int32_t p = host_rope_[static_cast<size_t>(a * T + c0 + t)];
+          host_pass_rope_[static_cast<size_t>(a * n + t)] = p;
+          equal = equal && p == host_rope_[static_cast<size_t>(c0 + t)];
+        }
+      }
+      pass.rope_axes_equal = equal;
+      KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions, host_pass_rope_.data(), 3 * n));
+    }
+    if (image != nullptr) {
+      for (const ImageRun& run : image->runs) {
+        if (run.row < c0 + n && run.row + run.count > c0) pass.image = image;
+      }
+    }
+    if (T == 1) {  // a decode step: its logits row goes to decode_ws_.logits
+      pass.logit_rows = 1;
+      KUIPER_RETURN_IF_ERROR(run_decode_step(pass));
+      continue;
+    }
     const bool last = c0 + n == T;
-    const int64_t rows = all_logits ? n : (last ? 1 : 0);
-    KUIPER_RETURN_IF_ERROR(run_forward(ws, n, start + c0, rows, all_logits ? c0 : 0));
+    pass.logit_rows = s.logits == LogitRows::kAll ? n : (last && s.logits == LogitRows::kLast ? 1 : 0);
+    const int64_t row = s.logits == LogitRows::kAll ? c0 : 0;
+    KUIPER_RETURN_IF_ERROR(
+        run_forward(ws, pass, pass.logit_rows > 0 ? logits.rows(row, pass.logit_rows) : Tensor()));
   }
-  return ws.logits.rows(0, logit_rows);
+  if (T == 1 && logit_rows(s) == 1 && logits.raw() != decode_ws_.logits.raw()) {
+    return logits.copy_from(decode_ws_.logits);
+  }
+  return Status::Ok();
+}
+
+Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
+  // The image features first (converted to the activation dtype where needed): a failure here
+  // leaves the cache as it was.
+  std::vector<ImageRows> images;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].image == nullptr) continue;
+    if (images.empty()) images.resize(batch.size());
+    KUIPER_ASSIGN_OR_RETURN(images[i], image_rows(batch[i]));
+  }
+  auto image_of = [&](size_t i) {
+    return batch[i].image == nullptr ? nullptr : &images[i];
+  };
+  // A lone decode step returns its workspace's logits row in place (the decode graph writes it).
+  if (batch.size() == 1 && batch[0].tokens.size() == 1) {
+    KUIPER_RETURN_IF_ERROR(run_sequence(batch[0], image_of(0), decode_ws_.logits));
+    return decode_ws_.logits.rows(0, logit_rows(batch[0]));
+  }
+  int64_t rows = 0;
+  for (const SequenceInput& s : batch) rows += logit_rows(s);
+  if (!logits_.defined() || logits_.dim(0) < std::max<int64_t>(rows, 1)) {
+    logits_ = Tensor();  // release the old buffer before allocating the larger one
+    KUIPER_ASSIGN_OR_RETURN(logits_, Tensor::empty({std::max<int64_t>(rows, 1), config_.vocab_size},
+                                                   DataType::kFp32, options_.device));
+  }
+  int64_t row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t n = logit_rows(batch[i]);
+    KUIPER_RETURN_IF_ERROR(run_sequence(batch[i], image_of(i), logits_.rows(row, n)));
+    row += n;
+  }
+  return logits_.rows(0, rows);
+}
+
+Result<ImageFeatures> QwenModel::encode_images(const ImagePixels& images) {
+  if (vision_ == nullptr) return Model::encode_images(images);
+  return vision_->forward(images.values, images.grids);
 }
 
 }  // namespace kuiper

@@ -1,16 +1,29 @@
-// Qwen2/2.5 and Qwen3 decoder-only transformers. They share one graph; the differences are
-// config flags, not subclasses: Qwen2 adds a bias to the q/k/v projections (qkv_bias), Qwen3
+// The Qwen family's one graph: Qwen2/2.5, Qwen3 and Qwen3-VL. The differences are config flags
+// and data, not subclasses: Qwen2 adds a bias to the q/k/v projections (qkv_bias), Qwen3
 // RMS-normalises each q and k head before RoPE (qk_norm) and sets head_dim independently of
-// hidden_size / num_heads.
+// hidden_size / num_heads, and Qwen3-VL adds a vision tower and interleaved M-RoPE.
+//
+// Qwen3-VL: a prompt with images holds, per image, <|vision_start|> <|image_pad|> x merged_tokens
+// <|vision_end|>. The pad tokens' embeddings are replaced by the image embeddings, deepstack
+// feature k is added to those rows after decoder layer k, and every token rotates at a 3-D
+// (t, h, w) position (qwen3_vl_rope_index); text tokens after an image rotate at cache position +
+// the rope delta on all three axes, which is ordinary RoPE at that shifted position, so they take
+// the text models' fused kernel and the decode graph.
 #pragma once
 
+#include <memory>
+#include <vector>
+
+#include "kuiper/base/device_graph.h"
 #include "kuiper/model/model.h"
+#include "kuiper/model/vision_encoder.h"
 #include "kuiper/op/attention.h"
 
 namespace kuiper {
 
 class QwenModel : public Model {
  public:
+  // With the vision tower when the file has one (Qwen3-VL).
   static Result<std::unique_ptr<QwenModel>> create(std::shared_ptr<ModelFile> file,
                                                    const ModelOptions& options);
   // Random weights generated on the model's device by op::fill_random (see Model::random).
@@ -18,34 +31,58 @@ class QwenModel : public Model {
                                                           const ModelOptions& options,
                                                           uint64_t seed);
   ~QwenModel() override;
-  Result<Tensor> forward(const std::vector<int32_t>& ids, int64_t start,
-                         bool all_logits) override;
+
+  Result<ImageFeatures> encode_images(const ImagePixels& images) override;
+
+ protected:
+  Result<Tensor> run_batch(Span<const SequenceInput> batch) override;
 
  private:
   struct Layer {
     Tensor input_norm, q_proj, k_proj, v_proj, q_bias, k_bias, v_bias, q_norm, k_norm, o_proj;
     Tensor post_norm, gate_proj, up_proj, down_proj;
-    Tensor k_cache, v_cache;  // [max_context, kv_dim]
+    Tensor k_cache, v_cache;  // the KV pool: [kv_blocks * kv_block_size, kv_dim]
     // On the GPU q/k/v and gate/up are stored stacked, [q_dim + 2 kv_dim, H] and [2 I, H], and
     // the separate tensors above are row views of them: decode reads each stack with one GEMV,
     // one launch over a matrix large enough to stream at full bandwidth. Undefined on the CPU,
     // whose weights stay views of the mapped file.
     Tensor qkv_proj, qkv_bias, gate_up_proj;
   };
-  // Activations for up to `capacity` tokens. Prefill's grows with the longest prompt; decode has
-  // its own of one token, allocated at load, so its addresses (baked into the decode graph)
+  // Activations for up to `capacity` tokens. Prefill's grows with the longest chunk; decode has
+  // its own of one token, allocated at load, so its addresses (baked into the decode graphs)
   // never change.
   struct Workspace {
     int64_t capacity = 0;
-    Tensor ids, positions, x, h, q, k, v, attn, o, gate, up, logits;
+    Tensor ids, positions, x, h, q, k, v, attn, o, gate, up;
     // M-RoPE models (Qwen3-VL): int32 [3 * capacity], the first 3T entries the [3, T] rotary
     // positions (rows t, h, w); positions stays the tokens' cache rows.
     Tensor rope_positions;
     // One-token workspaces only: q|k|v and gate|up back to back, the outputs of the stacked
-    // GEMVs; q, k, v, gate and up are views of them.
-    Tensor qkv, gate_up;
+    // GEMVs; q, k, v, gate and up are views of them; and the step's logits [1, vocab].
+    Tensor qkv, gate_up, logits;
   };
-  struct DecodeGraph;  // the captured decode step (CUDA builds), defined in qwen_model.cpp
+  // Where a sequence's image-pad rows take their features: span rows [row, row + count) take
+  // feature rows [feature_row, feature_row + count).
+  struct ImageRun {
+    int64_t row, feature_row, count;
+  };
+  // The images of one sequence: its features (in the activation dtype on the device) and runs.
+  struct ImageRows {
+    ImageFeatures features;
+    std::vector<ImageRun> runs;
+  };
+  // One pass of rows [row0, row0 + T) of a sequence's span through the layers.
+  struct Pass {
+    int64_t T = 0;
+    int64_t start = 0;  // the cache position of the pass's first row
+    int32_t block = 0;  // the KV block holding the sequence
+    // M-RoPE: every row's three positions agree (text), so M-RoPE is RoPE at the first axis and
+    // the fused qk-norm / RoPE / cache-write kernel serves.
+    bool rope_axes_equal = false;
+    const ImageRows* image = nullptr;  // null: no image rows in the pass
+    int64_t row0 = 0;
+    int64_t logit_rows = 0;  // the pass's last rows whose logits are written
+  };
 
   QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file, const ModelOptions& options,
             int64_t max_context);
@@ -53,32 +90,35 @@ class QwenModel : public Model {
   static Result<std::unique_ptr<QwenModel>> make(ModelConfig config,
                                                  std::shared_ptr<ModelFile> file,
                                                  const ModelOptions& options);
-  // Fills every weight with `get(name, shape, out)` and allocates the KV cache.
+  // Fills every weight with `get(name, shape, out)` and allocates the KV pool.
   template <typename Get>
   Status build_weights(Get&& get);
   // Stacks each layer's q/k/v and gate/up matrices (see Layer); device models only.
   Status stack_projections();
-  Result<Workspace> make_workspace(int64_t tokens, int64_t logit_rows) const;
-  Status run_layer(Layer& layer, const Workspace& ws, int64_t T, int64_t start);
-  // Embedding, every layer and the logits of the last `logit_rows` tokens (into logits rows
-  // logit_row0...), all queued on the device; ids and positions are already in ws.
-  Status run_forward(const Workspace& ws, int64_t T, int64_t start, int64_t logit_rows,
-                     int64_t logit_row0 = 0);
-  Status run_decode_graph(int64_t start);
+  Result<Workspace> make_workspace(int64_t tokens) const;
+  // The image rows of a sequence carrying image features.
+  Result<ImageRows> image_rows(const SequenceInput& sequence) const;
+  // Runs one sequence: uploads its tokens and positions, then its passes (prefill_chunk rows
+  // each, or the decode step); its requested logits rows go to `logits`.
+  Status run_sequence(const SequenceInput& sequence, const ImageRows* image, Tensor logits);
+  Status run_decode_step(const Pass& pass);
+  Status run_layer(Layer& layer, const Workspace& ws, const Pass& pass);
+  // Embedding, image rows, every layer and the logits of the pass's last logit_rows tokens into
+  // `logits`, all queued on the device; ids and positions are already in ws.
+  Status run_forward(const Workspace& ws, const Pass& pass, Tensor logits);
+  Status apply_image_rows(const Pass& pass, int64_t layer, Tensor& x) const;
 
   Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
+  std::unique_ptr<VisionEncoder> vision_;  // null for a text-only model
   std::unique_ptr<op::AttentionOp> prefill_attention_, decode_attention_;
   Workspace prefill_ws_, decode_ws_;
-  std::unique_ptr<DecodeGraph> graph_;
-  // Runs on the hidden states x [T, hidden] after the embedding (layer -1) and after each decoder
-  // layer; Qwen3-VL sets it for a prefill with images (vision embeddings, deepstack).
-  std::function<Status(int64_t layer, Tensor& x)> hidden_hook_;
-  // M-RoPE (Qwen3-VL): set by the caller of run_forward when every token's three rotary
-  // positions are equal (text), where M-RoPE is plain RoPE and the fused qk-norm / RoPE /
-  // cache-write kernel serves, rotating at rope_positions' first axis.
-  bool rope_axes_equal_ = false;
-  friend class Qwen3VLModel;  // drives the layers with its own positions and hook
+  Tensor logits_;  // the rows a batch returns, unless it is one decode step
+  // One decode graph per KV block (ModelOptions::cuda_graph): the block's cache addresses are
+  // part of the captured step. Empty until the block's first decode step.
+  std::vector<DeviceGraph> decode_graphs_;
+  // Host staging of a sequence's cache positions and rotary positions, reused across calls.
+  std::vector<int32_t> host_positions_, host_rope_, host_pass_rope_;
 };
 
 }  // namespace kuiper

@@ -276,8 +276,8 @@ Result<Tensor> VisionEncoder::run_merger(const Merger& m, const Tensor& x) const
   return out;
 }
 
-Result<VisionOutput> VisionEncoder::forward(const Tensor& pixel_values,
-                                            const std::vector<std::array<int64_t, 3>>& grids) {
+Result<ImageFeatures> VisionEncoder::forward(const Tensor& pixel_values,
+                                             const std::vector<std::array<int64_t, 3>>& grids) {
   const VisionConfig& c = config_;
   const int64_t merge = c.spatial_merge_size, H = c.hidden_size, heads = c.num_heads;
   if (!pixel_values.defined() || pixel_values.device() != DeviceType::kCpu ||
@@ -339,7 +339,7 @@ Result<VisionOutput> VisionEncoder::forward(const Tensor& pixel_values,
   KUIPER_ASSIGN_OR_RETURN(Tensor k3, k.reshape({N, heads, H / heads}));
   constexpr double kRotaryTheta = 10000.0;
 
-  VisionOutput result;
+  ImageFeatures result;
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const Block& L = blocks_[b];
     KUIPER_RETURN_IF_ERROR(op::layernorm(x, L.norm1_w, L.norm1_b, c.layer_norm_eps, h));

@@ -20,15 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "kuiper/model/images.h"
 #include "kuiper/model/vision_config.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper {
-
-struct VisionOutput {
-  Tensor embeds;                   // [merged_tokens, out_hidden]
-  std::vector<Tensor> deepstack;   // one [merged_tokens, out_hidden] per deepstack index
-};
 
 class VisionEncoder {
  public:
@@ -46,9 +42,10 @@ class VisionEncoder {
   // pixel_values: CPU fp32 [total_patches, patch_dim], the images' patches concatenated in
   // order; grids: (t, h, w) in patches per image, h and w multiples of the merge size. Each
   // frame attends only to itself (Hugging Face's cu_seqlens), never to another image. Outputs
-  // live on the encoder's device in the activation dtype.
-  Result<VisionOutput> forward(const Tensor& pixel_values,
-                               const std::vector<std::array<int64_t, 3>>& grids);
+  // live on the encoder's device in the activation dtype: embeds [merged_tokens, out_hidden] and
+  // one deepstack feature of that shape per deepstack index.
+  Result<ImageFeatures> forward(const Tensor& pixel_values,
+                                const std::vector<std::array<int64_t, 3>>& grids);
 
   const VisionConfig& config() const { return config_; }
   DeviceType device() const { return device_; }

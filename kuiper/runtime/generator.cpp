@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "kuiper/model/qwen3_vl_model.h"
 #include "kuiper/runtime/stop_strings.h"
-#include "kuiper/runtime/vision_input.h"
 
 namespace kuiper {
 
@@ -59,24 +57,32 @@ Generator::Generator(Model& model, Tokenizer tokenizer)
 
 Result<Tensor> Generator::forward(const std::vector<int32_t>& ids,
                                   const std::vector<ProcessedImage>& images) {
+  static const int32_t kBlock = 0;
   const int64_t start = static_cast<int64_t>(cached_.size());
-  Result<Tensor> logits = Status::Error("no model");
-  if (images.empty()) {
-    logits = model_.forward(ids, start, false);
-  } else if (auto* vl = dynamic_cast<Qwen3VLModel*>(&model_)) {
-    logits = vl->forward_with_images(ids, start, images, false);
-  } else {
-    logits = Status::Error(std::string("a ") + architecture_name(model_.config().arch) +
-                           " model takes no images");
+  SequenceInput sequence;
+  sequence.tokens = ids;
+  sequence.start = start;
+  sequence.blocks = Span<const int32_t>(&kBlock, 1);
+  sequence.rope_offset = rope_deltas_.at(start);
+  Result<ImageSpan> span = Status::Error("no images");
+  if (!images.empty()) {
+    span = encode_image_span(model_, ids, start + sequence.rope_offset, images);
+    if (!span.ok()) return span.status();
+    sequence.rope_offset = 0;
+    sequence.rope_positions = span->index.positions;
+    sequence.image = &span->features;
   }
+  Result<Tensor> logits = model_.forward(Span<const SequenceInput>(&sequence, 1));
   if (!logits.ok()) {
     // The cache may hold part of this call; forgetting all of it is always safe.
     cached_.clear();
     cached_images_.clear();
+    rope_deltas_.clear();
     return logits.status();
   }
   cached_.insert(cached_.end(), ids.begin(), ids.end());
   for (const ProcessedImage& image : images) cached_images_.push_back(fingerprint(image));
+  if (span.ok()) rope_deltas_.add(span->index, start, static_cast<int64_t>(ids.size()));
   return logits;
 }
 
@@ -95,7 +101,7 @@ Result<Generation> Generator::generate_with_images(const std::vector<int32_t>& p
   const Clock::time_point t_start = Clock::now();
   if (prompt.empty()) return Status::Error("the prompt is empty");
   const ModelConfig& config = model_.config();
-  const bool vision = dynamic_cast<Qwen3VLModel*>(&model_) != nullptr && config.vision.has_value();
+  const bool vision = config.vision.has_value();
   if (!vision && !images.empty()) {
     return Status::Error(std::string("a ") + architecture_name(config.arch) +
                          " model takes no images");
@@ -133,6 +139,7 @@ Result<Generation> Generator::generate_with_images(const std::vector<int32_t>& p
   }
   cached_.resize(reused);
   cached_images_.resize(kept_images);
+  rope_deltas_.truncate(static_cast<int64_t>(reused));
   const std::vector<int32_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(reused),
                                    prompt.end());
   const std::vector<ProcessedImage> fresh_images(

@@ -16,6 +16,7 @@
 #include "kuiper/model/model.h"
 #include "kuiper/runtime/sampler.h"
 #include "kuiper/runtime/stats.h"
+#include "kuiper/runtime/vision_input.h"
 #include "kuiper/tokenizer/tokenizer.h"
 #include "kuiper/vision/preprocess.h"
 
@@ -79,9 +80,10 @@ class Generator {
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
 
  private:
-  // Runs `ids` at the end of the cache and returns the last position's logits, on the model's
-  // device: the sampler runs there, so a GPU step copies back only the chosen token. With
-  // images (their pads in `ids`) it takes the vision-language model's image path.
+  // Runs `ids` at the end of the cache (KV block 0) and returns the last position's logits, on
+  // the model's device: the sampler runs there, so a GPU step copies back only the chosen token.
+  // With images (their pads in `ids`) the vision tower runs first and the span takes 3-D
+  // positions.
   Result<Tensor> forward(const std::vector<int32_t>& ids,
                          const std::vector<ProcessedImage>& images = {});
 
@@ -91,6 +93,8 @@ class Generator {
   std::vector<int32_t> cached_;
   // Fingerprints of the images whose pad runs are in cached_, in order.
   std::vector<uint64_t> cached_images_;
+  // The rotary shift the images in cached_ leave for the text after them (M-RoPE models).
+  RopeDeltas rope_deltas_;
 };
 
 }  // namespace kuiper

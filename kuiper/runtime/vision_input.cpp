@@ -1,5 +1,7 @@
 #include "kuiper/runtime/vision_input.h"
 
+#include <algorithm>
+
 namespace kuiper {
 
 std::string with_image_placeholders(const std::string& text, size_t count) {
@@ -121,6 +123,77 @@ Status check_image_pads(const std::vector<int32_t>& ids, int32_t image_pad_id,
     }
   }
   return Status::Ok();
+}
+
+Result<ImagePixels> image_pixels(const std::vector<ProcessedImage>& images) {
+  if (images.empty()) return Status::Error("no images");
+  int64_t patches = 0;
+  const int64_t patch_dim = images[0].patch_dim;
+  ImagePixels out;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const ProcessedImage& im = images[i];
+    if (im.patch_dim != patch_dim || im.patches != im.grid[0] * im.grid[1] * im.grid[2] ||
+        static_cast<int64_t>(im.pixel_values.size()) != im.patches * im.patch_dim) {
+      return Status::Error("image " + std::to_string(i) + ": " + std::to_string(im.patches) +
+                           " patches of " + std::to_string(im.patch_dim) + " values (" +
+                           std::to_string(im.pixel_values.size()) + " in all) for grid (" +
+                           std::to_string(im.grid[0]) + ", " + std::to_string(im.grid[1]) + ", " +
+                           std::to_string(im.grid[2]) + "), beside images of patches of " +
+                           std::to_string(patch_dim));
+    }
+    patches += im.patches;
+    out.grids.push_back(im.grid);
+  }
+  KUIPER_ASSIGN_OR_RETURN(out.values, Tensor::empty({patches, patch_dim}, DataType::kFp32));
+  float* dst = out.values.data<float>();
+  for (const ProcessedImage& im : images) {
+    dst = std::copy(im.pixel_values.begin(), im.pixel_values.end(), dst);
+  }
+  return out;
+}
+
+Result<ImageSpan> encode_image_span(Model& model, const std::vector<int32_t>& ids,
+                                    int64_t rope_start, const std::vector<ProcessedImage>& images) {
+  const ModelConfig& config = model.config();
+  if (!config.vision.has_value()) {
+    return Status::Error(std::string("a ") + architecture_name(config.arch) +
+                         " model takes no images");
+  }
+  ImageSpan span;
+  KUIPER_ASSIGN_OR_RETURN(ImagePixels pixels, image_pixels(images));
+  KUIPER_ASSIGN_OR_RETURN(span.index, qwen3_vl_rope_index(ids, config.image_token_id,
+                                                          config.vision->spatial_merge_size,
+                                                          pixels.grids));
+  for (int32_t& p : span.index.positions) p += static_cast<int32_t>(rope_start);
+  KUIPER_ASSIGN_OR_RETURN(span.features, model.encode_images(pixels));
+  return span;
+}
+
+int64_t RopeDeltas::at(int64_t position) const {
+  int64_t delta = 0;
+  for (const auto& [first, d] : entries_) {
+    if (first <= position) delta = d;
+  }
+  return delta;
+}
+
+void RopeDeltas::add(const RopeIndex& index, int64_t start, int64_t T) {
+  // One entry per image, so a cache cut back to between two images keeps the first one's delta.
+  // The t row of the positions gives it for a token after the image in this span.
+  truncate(start);
+  const int64_t before = at(start);
+  for (const auto& [first, count] : index.spans) {
+    const int64_t after = first + count;
+    const int64_t delta = after < T ? index.positions[static_cast<size_t>(after)] - (start + after)
+                                    : before + index.delta;
+    entries_.emplace_back(start + after, delta);
+  }
+}
+
+void RopeDeltas::truncate(int64_t length) {
+  entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                [length](const auto& e) { return e.first > length; }),
+                 entries_.end());
 }
 
 }  // namespace kuiper

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "kuiper/base/status.h"
+#include "kuiper/model/model.h"
 #include "kuiper/model/model_file.h"
+#include "kuiper/model/rope_index.h"
 #include "kuiper/vision/image.h"
 #include "kuiper/vision/preprocess.h"
 
@@ -76,5 +78,41 @@ Result<std::vector<int32_t>> expand_image_pads(const std::vector<int32_t>& ids,
 // order; the message says which image and how many pads it needs and has.
 Status check_image_pads(const std::vector<int32_t>& ids, int32_t image_pad_id,
                         const std::vector<int64_t>& tokens);
+
+// The images' pixel values as the model's vision tower takes them: every image's patches in one
+// fp32 [patches, patch_dim] tensor, and their grids. Fails for no images, images of different
+// patch sizes, or an image whose pixel values do not fill its grid.
+Result<ImagePixels> image_pixels(const std::vector<ProcessedImage>& images);
+
+// The model input for a span of a prompt holding the image-pad runs of `images` (in order): the
+// images' features from the model's vision tower, and the span's [3, T] rotary positions (its first
+// token at rotary position `rope_start`) with their delta and image spans. The pad layout is
+// checked before the tower runs.
+struct ImageSpan {
+  RopeIndex index;
+  ImageFeatures features;
+};
+Result<ImageSpan> encode_image_span(Model& model, const std::vector<int32_t>& ids,
+                                    int64_t rope_start, const std::vector<ProcessedImage>& images);
+
+// The rope deltas of one sequence's cache (M-RoPE models): text after an image rotates at cache
+// position + the delta the image leaves, until the next image. The deltas belong to the cache rows
+// after each image: cutting the cache back before an image forgets its delta.
+class RopeDeltas {
+ public:
+  // The delta of the token at cache position `position` (0 before any image).
+  int64_t at(int64_t position) const;
+  // Records the images of a span of T tokens run at cache position `start` with `index` (its
+  // positions already shifted to the span's rotary start); the cache keeps [0, start) before it.
+  void add(const RopeIndex& index, int64_t start, int64_t T);
+  // The cache keeps positions [0, length): forgets the delta of every image whose last token is
+  // at or after `length`.
+  void truncate(int64_t length);
+  void clear() { entries_.clear(); }
+
+ private:
+  // (first cache position, delta): the delta of every later position up to the next entry.
+  std::vector<std::pair<int64_t, int64_t>> entries_;
+};
 
 }  // namespace kuiper

@@ -1,0 +1,161 @@
+#include "kuiper/model/model.h"
+
+#include <algorithm>
+
+#include "kuiper/model/qwen_model.h"
+
+namespace kuiper {
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& options) {
+  KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelFile> file, ModelFile::open(path));
+  switch (file->config().arch) {
+    case Architecture::kQwen2:
+    case Architecture::kQwen3:
+    case Architecture::kQwen3VL: {
+      KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
+                              QwenModel::create(std::move(file), options));
+      return std::unique_ptr<Model>(std::move(model));
+    }
+    default:
+      return Status::Error(path + ": architecture '" + architecture_name(file->config().arch) +
+                           "' is not supported by this build");
+  }
+}
+
+Result<std::unique_ptr<Model>> Model::random(const ModelConfig& config,
+                                             const ModelOptions& options, uint64_t seed) {
+  switch (config.arch) {
+    case Architecture::kQwen2:
+    case Architecture::kQwen3: {
+      KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
+                              QwenModel::create_random(config, options, seed));
+      return std::unique_ptr<Model>(std::move(model));
+    }
+    default:
+      return Status::Error(std::string("architecture '") + architecture_name(config.arch) +
+                           "' has no random-weight model");
+  }
+}
+
+Result<Tensor> Model::forward(Span<const SequenceInput> batch) {
+  KUIPER_RETURN_IF_ERROR(check_batch(batch));
+  return run_batch(batch);
+}
+
+Result<Tensor> Model::forward(const std::vector<int32_t>& ids, int64_t start, bool all_logits) {
+  static const int32_t kFirstBlock = 0;
+  SequenceInput sequence;
+  sequence.tokens = ids;
+  sequence.start = start;
+  sequence.blocks = Span<const int32_t>(&kFirstBlock, 1);
+  sequence.logits = all_logits ? LogitRows::kAll : LogitRows::kLast;
+  return forward(Span<const SequenceInput>(&sequence, 1));
+}
+
+Result<ImageFeatures> Model::encode_images(const ImagePixels&) {
+  return Status::Error(std::string("a ") + architecture_name(config_.arch) +
+                       " model takes no images");
+}
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// Whether `t` is [rows, hidden] (the shape of image features for `rows` image-pad tokens).
+bool feature_shape(const Tensor& t, int64_t rows, int64_t hidden) {
+  return t.defined() && t.ndim() == 2 && t.dim(0) == rows && t.dim(1) == hidden;
+}
+
+}  // namespace
+
+Status Model::check_batch(Span<const SequenceInput> batch) const {
+  if (batch.empty()) return Status::Error("forward: the batch is empty");
+  const ModelConfig& c = config_;
+  const int64_t block_size = kv_block_size();
+  // The blocks each entry writes, when there is more than one entry to collide.
+  std::vector<int32_t> written;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceInput& s = batch[i];
+    const std::string where =
+        batch.size() == 1 ? "forward: " : "forward: sequence " + std::to_string(i) + ": ";
+    auto fail = [&where](const std::string& message) { return Status::Error(where + message); };
+    const int64_t T = static_cast<int64_t>(s.tokens.size());
+    if (T == 0) return fail("no tokens");
+    if (s.start < 0 || s.start + T > max_context_) {
+      return fail("positions " + str(s.start) + ".." + str(s.start + T) +
+                  " exceed the context of " + str(max_context_) + " tokens");
+    }
+    const int64_t first_block = s.start / block_size, end_block = (s.start + T - 1) / block_size + 1;
+    if (static_cast<int64_t>(s.blocks.size()) < end_block) {
+      return fail("the block table holds " + str(static_cast<int64_t>(s.blocks.size())) +
+                  " blocks; positions 0.." + str(s.start + T) + " need " + str(end_block) +
+                  " of " + str(block_size) + " tokens");
+    }
+    for (int64_t j = 0; j < end_block; ++j) {
+      const int32_t block = s.blocks[static_cast<size_t>(j)];
+      if (block < 0 || block >= kv_blocks()) {
+        return fail("block id " + str(block) + " is outside the KV pool of " + str(kv_blocks()) +
+                    " blocks");
+      }
+      if (batch.size() > 1 && j >= first_block) written.push_back(block);
+    }
+    int64_t pads = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = s.tokens[static_cast<size_t>(t)];
+      if (id < 0 || id >= c.vocab_size) {
+        return fail("token id " + str(id) + " is outside the vocabulary (" + str(c.vocab_size) +
+                    ")");
+      }
+      if (c.image_token_id >= 0 && id == c.image_token_id) ++pads;
+    }
+    if (!c.is_mrope() && (s.rope_offset != 0 || !s.rope_positions.empty())) {
+      return fail(std::string("rope offsets and 3-D positions are for M-RoPE models; a ") +
+                  architecture_name(c.arch) + " model rotates at the cache position");
+    }
+    if (!s.rope_positions.empty() && static_cast<int64_t>(s.rope_positions.size()) != 3 * T) {
+      return fail("3-D positions must be [3, " + str(T) + "] for " + str(T) + " tokens, got " +
+                  str(static_cast<int64_t>(s.rope_positions.size())) + " values");
+    }
+    if (s.image == nullptr) {
+      if (pads > 0) {
+        return fail("the span holds " + str(pads) + " image tokens (" + str(c.image_token_id) +
+                    ") but no image features");
+      }
+      continue;
+    }
+    if (c.image_token_id < 0) {
+      return fail(std::string("a ") + architecture_name(c.arch) + " model takes no images");
+    }
+    if (pads > 0 && s.rope_positions.empty()) {
+      return fail("a span holding image tokens needs 3-D positions");
+    }
+    const ImageFeatures& f = *s.image;
+    const int64_t rows = f.embeds.defined() && f.embeds.ndim() == 2 ? f.embeds.dim(0) : 0;
+    auto shape = [&](const Tensor& t, const std::string& what) -> Status {
+      if (feature_shape(t, rows, c.hidden_size)) return Status::Ok();
+      return fail(what + " must be [" + str(rows) + ", " + str(c.hidden_size) + "], got " +
+                  (t.defined() ? t.describe() : std::string("nothing")));
+    };
+    KUIPER_RETURN_IF_ERROR(shape(f.embeds, "image embeddings"));
+    if (static_cast<int64_t>(f.deepstack.size()) > c.num_layers) {
+      return fail("more deepstack features (" + str(static_cast<int64_t>(f.deepstack.size())) +
+                  ") than decoder layers (" + str(c.num_layers) + ")");
+    }
+    for (size_t k = 0; k < f.deepstack.size(); ++k) {
+      KUIPER_RETURN_IF_ERROR(shape(f.deepstack[k], "deepstack feature " + std::to_string(k)));
+    }
+    if (s.image_row < 0 || s.image_row + pads > rows) {
+      return fail("the span's " + str(pads) + " image tokens take feature rows " +
+                  str(s.image_row) + ".." + str(s.image_row + pads) + " of " + str(rows));
+    }
+  }
+  std::sort(written.begin(), written.end());
+  const auto twice = std::adjacent_find(written.begin(), written.end());
+  if (twice != written.end()) {
+    return Status::Error("forward: KV block " + str(*twice) +
+                         " is written by two sequences of the batch");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kuiper

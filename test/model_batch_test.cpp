@@ -1,0 +1,390 @@
+// Model::forward over a batch of sequences (kuiper/model/batch.h): sequences of different lengths
+// in different KV blocks, prefill chunks beside decode steps, give the logits each gives alone;
+// each entry gets the logits rows it asks for; every invalid entry is an error that writes
+// nothing. CPU fp32 on the fixture checkpoints (Qwen3, Qwen2, and Qwen3-VL with an image beside
+// text); the per-block decode graphs on CUDA in CudaModelBatch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "kuiper/model/model.h"
+#include "kuiper/model/rope_index.h"
+#include "support/assertions.h"
+#include "support/fixture_checkpoint.h"
+#include "support/golden.h"
+
+namespace kuiper::test {
+namespace {
+
+const int32_t kBlocks[] = {0, 1, 2, 3};
+
+// A span in block `block` (kBlocks[block]; -1 for an empty block table).
+SequenceInput span_in(const std::vector<int32_t>& ids, int64_t start, int block,
+                      LogitRows rows = LogitRows::kLast) {
+  SequenceInput s;
+  s.tokens = ids;
+  s.start = start;
+  if (block >= 0) s.blocks = Span<const int32_t>(&kBlocks[block], 1);
+  s.logits = rows;
+  return s;
+}
+
+std::unique_ptr<Model> load(const std::string& fixture, const ModelOptions& options) {
+  Result<std::unique_ptr<Model>> model =
+      Model::load(converted_fixture(fixture, DataType::kFp32), options);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+ModelOptions batch_options(int64_t sequences) {
+  ModelOptions o;
+  o.max_context = 128;
+  o.max_sequences = sequences;
+  o.prefill_chunk = 16;  // the longer prompts run in several passes
+  return o;
+}
+
+std::vector<float> host_floats(const Result<Tensor>& t) {
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  if (!t.ok()) return {};
+  Tensor host = t->to(DeviceType::kCpu).value();
+  return std::vector<float>(host.data<float>(), host.data<float>() + host.numel());
+}
+
+// Rows [row, row + count) of [R, V] logits.
+std::vector<float> rows_of(const std::vector<float>& logits, size_t V, size_t row, size_t count) {
+  return std::vector<float>(logits.begin() + static_cast<std::ptrdiff_t>(row * V),
+                            logits.begin() + static_cast<std::ptrdiff_t>((row + count) * V));
+}
+
+// max |a - b| over max |b|: 0 when the batch reproduces the lone run bit for bit.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || a.empty()) return INFINITY;
+  return relative_max_error(a.data(), b.data(), a.size());
+}
+
+// One step of a schedule: a batch of spans, each of one sequence (a slot in the batched model).
+struct Entry {
+  int sequence;
+  SequenceInput input;  // its blocks are ignored for the lone runs
+};
+
+// Runs `steps` as batches on `batched`, and each sequence's spans alone, in order, on its own
+// model from `make` (block 0); every entry's rows must agree.
+template <typename Make>
+void expect_batches_match_lone_runs(Model& batched, const std::vector<std::vector<Entry>>& steps,
+                                    int sequences, Make make) {
+  std::vector<std::unique_ptr<Model>> alone;
+  for (int i = 0; i < sequences; ++i) alone.push_back(make());
+  const size_t V = static_cast<size_t>(batched.config().vocab_size);
+  for (size_t step = 0; step < steps.size(); ++step) {
+    std::vector<SequenceInput> batch;
+    for (const Entry& e : steps[step]) batch.push_back(e.input);
+    const std::vector<float> got = host_floats(batched.forward(batch));
+    size_t row = 0;
+    for (const Entry& e : steps[step]) {
+      SequenceInput lone = e.input;
+      lone.blocks = Span<const int32_t>(&kBlocks[0], 1);
+      const std::vector<float> want =
+          host_floats(alone[static_cast<size_t>(e.sequence)]->forward(
+              Span<const SequenceInput>(&lone, 1)));
+      const size_t n = want.size() / V;
+      ASSERT_EQ(static_cast<int64_t>(n), logit_rows(e.input));
+      if (n == 0) continue;
+      ASSERT_GE(got.size(), (row + n) * V) << "step " << step;
+      EXPECT_LE(relative_difference(rows_of(got, V, row, n), want), 1e-6)
+          << "step " << step << ", sequence " << e.sequence;
+      row += n;
+    }
+    EXPECT_EQ(got.size(), row * V) << "step " << step;
+  }
+}
+
+class BatchTest : public ::testing::TestWithParam<std::string> {};
+
+// Three prompts of 14, 40 and 23 tokens prefilled together in blocks 2, 0 and 1 (16-token passes),
+// then a step that decodes two of them beside the third's next prefill chunk, then a decode step
+// of all three.
+TEST_P(BatchTest, SequencesInABatchMatchEachAlone) {
+  const Golden g = Golden::load(GetParam());
+  const std::vector<int32_t>& chat = g.at("chat.ids").i32;
+  const std::vector<int32_t>& long_ids = g.at("long.ids").i32;
+  const std::vector<int32_t> a = chat;
+  const std::vector<int32_t> b(long_ids.begin(), long_ids.begin() + 40);
+  const std::vector<int32_t> c(long_ids.begin() + 100, long_ids.begin() + 123);
+  const std::vector<int32_t> a1 = {g.at("chat.greedy").i32[0]}, b1 = {long_ids[40]};
+  const std::vector<int32_t> c1(long_ids.begin() + 123, long_ids.begin() + 126);
+  const std::vector<int32_t> a2 = {17}, b2 = {long_ids[41]}, c2 = {5};
+  const int64_t A = 14, B = 40, C = 23;
+  const std::vector<std::vector<Entry>> steps = {
+      {{0, span_in(a, 0, 2, LogitRows::kAll)},
+       {1, span_in(b, 0, 0, LogitRows::kLast)},
+       {2, span_in(c, 0, 1, LogitRows::kNone)}},
+      {{0, span_in(a1, A, 2)}, {2, span_in(c1, C, 1, LogitRows::kAll)}, {1, span_in(b1, B, 0)}},
+      {{1, span_in(b2, B + 1, 0)}, {2, span_in(c2, C + 3, 1)}, {0, span_in(a2, A + 1, 2)}},
+  };
+  std::unique_ptr<Model> batched = load(GetParam(), batch_options(3));
+  ASSERT_NE(batched, nullptr);
+  expect_batches_match_lone_runs(*batched, steps, 3,
+                                 [&] { return load(GetParam(), batch_options(1)); });
+}
+
+// Each entry gets what it asks for: none, its last row or all its rows, in batch order; a lone
+// decode step likewise.
+TEST_P(BatchTest, EachSequenceGetsTheLogitsRowsItAsksFor) {
+  const Golden g = Golden::load(GetParam());
+  const std::vector<int32_t>& ids = g.at("chat.ids").i32;
+  std::unique_ptr<Model> model = load(GetParam(), batch_options(4));
+  ASSERT_NE(model, nullptr);
+  const size_t V = static_cast<size_t>(model->config().vocab_size), T = ids.size();
+  const std::vector<float> all = host_floats(model->forward(ids, 0, true));
+  ASSERT_EQ(all.size(), T * V);
+  const std::vector<SequenceInput> batch = {
+      span_in(ids, 0, 0, LogitRows::kNone), span_in(ids, 0, 1, LogitRows::kAll),
+      span_in(ids, 0, 2, LogitRows::kLast), span_in(ids, 0, 3, LogitRows::kNone)};
+  const std::vector<float> got = host_floats(model->forward(batch));
+  ASSERT_EQ(got.size(), (T + 1) * V);
+  EXPECT_LE(relative_difference(rows_of(got, V, 0, T), all), 1e-6);
+  EXPECT_LE(relative_difference(rows_of(got, V, T, 1), rows_of(all, V, T - 1, 1)), 1e-6);
+
+  const std::vector<int32_t> next = {7};
+  for (LogitRows rows : {LogitRows::kNone, LogitRows::kLast, LogitRows::kAll}) {
+    const SequenceInput step = span_in(next, static_cast<int64_t>(T), 1, rows);
+    Result<Tensor> logits = model->forward(Span<const SequenceInput>(&step, 1));
+    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    EXPECT_EQ(logits->dim(0), rows == LogitRows::kNone ? 0 : 1);
+    EXPECT_EQ(logits->dim(1), model->config().vocab_size);
+  }
+  const std::vector<SequenceInput> quiet = {span_in(ids, 0, 0, LogitRows::kNone),
+                                            span_in(next, static_cast<int64_t>(T), 1,
+                                                    LogitRows::kNone)};
+  Result<Tensor> none = model->forward(quiet);
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_EQ(none->dim(0), 0);
+}
+
+// Every invalid entry is an error naming it, and no entry of the batch runs: block 0's cache still
+// holds the prompt afterwards, so the next token's logits are those of a clean run.
+TEST_P(BatchTest, InvalidEntriesAreErrorsThatWriteNothing) {
+  const Golden g = Golden::load(GetParam());
+  const std::vector<int32_t>& ids = g.at("chat.ids").i32;
+  const int64_t T = static_cast<int64_t>(ids.size());
+  std::unique_ptr<Model> model = load(GetParam(), batch_options(2));
+  ASSERT_NE(model, nullptr);
+  ASSERT_TRUE(model->forward(ids, 0, false).ok());
+
+  const std::vector<int32_t> other(ids.rbegin(), ids.rend());  // would overwrite block 0
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5}, none;
+  const std::vector<int32_t> outside = {static_cast<int32_t>(model->config().vocab_size)};
+  const std::vector<int32_t> positions(15, 0);
+  SequenceInput bad_block = span_in(five, 0, 1);
+  bad_block.blocks = Span<const int32_t>(&kBlocks[2], 1);
+  SequenceInput offset = span_in(five, 0, 1);
+  offset.rope_offset = 3;
+  SequenceInput rope3 = span_in(five, 0, 1);
+  rope3.rope_positions = positions;
+  ImageFeatures features;
+  SequenceInput image = span_in(five, 0, 1);
+  image.image = &features;
+  const std::vector<std::pair<SequenceInput, std::string>> cases = {
+      {bad_block, "forward: sequence 1: block id 2 is outside the KV pool of 2 blocks"},
+      {span_in(five, 0, -1),
+       "forward: sequence 1: the block table holds 0 blocks; positions 0..5 need 1 of 128 tokens"},
+      {span_in(five, 125, 1), "forward: sequence 1: positions 125..130 exceed the context of 128 tokens"},
+      {span_in(five, -1, 1), "forward: sequence 1: positions -1..4 exceed the context of 128 tokens"},
+      {span_in(outside, 0, 1), "forward: sequence 1: token id " + std::to_string(outside[0]) +
+                                   " is outside the vocabulary (" + std::to_string(outside[0]) + ")"},
+      {span_in(none, 0, 1), "forward: sequence 1: no tokens"},
+      {span_in(five, 0, 0), "forward: KV block 0 is written by two sequences of the batch"},
+      {offset, "forward: sequence 1: rope offsets and 3-D positions are for M-RoPE models; a " +
+                   std::string(architecture_name(model->config().arch)) +
+                   " model rotates at the cache position"},
+      {rope3, "forward: sequence 1: rope offsets and 3-D positions are for M-RoPE models; a " +
+                  std::string(architecture_name(model->config().arch)) +
+                  " model rotates at the cache position"},
+      {image, "forward: sequence 1: a " + std::string(architecture_name(model->config().arch)) +
+                  " model takes no images"},
+  };
+  for (const auto& [entry, message] : cases) {
+    const std::vector<SequenceInput> batch = {span_in(other, 0, 0), entry};
+    Result<Tensor> r = model->forward(batch);
+    EXPECT_EQ(r.status().message(), message);
+  }
+  EXPECT_EQ(model->forward(Span<const SequenceInput>()).status().message(),
+            "forward: the batch is empty");
+
+  std::unique_ptr<Model> clean = load(GetParam(), batch_options(1));
+  ASSERT_NE(clean, nullptr);
+  ASSERT_TRUE(clean->forward(ids, 0, false).ok());
+  const std::vector<int32_t> next = {g.at("chat.greedy").i32[0]};
+  EXPECT_LE(relative_difference(host_floats(model->forward(next, T, false)),
+                                host_floats(clean->forward(next, T, false))),
+            1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchTest, ::testing::Values("qwen3-tiny", "qwen2-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "qwen3-tiny" ? "qwen3_tiny" : "qwen2_tiny";
+                         });
+
+TEST(BatchOptions, RefusesNoSequences) {
+  ModelOptions o = batch_options(0);
+  Result<std::unique_ptr<Model>> m =
+      Model::load(converted_fixture("qwen3-tiny", DataType::kFp32), o);
+  EXPECT_EQ(m.status().message(), "max_sequences must be at least 1, not 0");
+}
+
+// Qwen3-VL: the image prompt (golden vision features, 3-D positions) in block 1 and the text chat
+// prompt in block 0, prefilled in one batch, then decoded together (the image sequence rotating at
+// its rope delta); then the image prompt again in block 0 in two chunks that split the image, each
+// passing its slice of the feature rows, beside a decode step of the text in block 1.
+class VlBatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_ = std::make_unique<Golden>(Golden::load("qwen3-vl-tiny"));
+    const ModelConfig probe = load_vl(1)->config();
+    img_ = g_->at("img.ids").i32;
+    const std::vector<int32_t>& grid = g_->at("image.grid_thw_fast").i32;
+    Result<RopeIndex> index = qwen3_vl_rope_index(img_, probe.image_token_id,
+                                                  probe.vision->spatial_merge_size,
+                                                  {{grid[0], grid[1], grid[2]}});
+    ASSERT_TRUE(index.ok()) << index.status().message();
+    index_ = *index;
+    features_.embeds = tensor("image.vision_embeds");
+    features_.deepstack = {tensor("image.deepstack0"), tensor("image.deepstack1")};
+  }
+  std::unique_ptr<Model> load_vl(int64_t sequences) {
+    return load("qwen3-vl-tiny", batch_options(sequences));
+  }
+  Tensor tensor(const std::string& name) const {
+    const GoldenTensor& t = g_->at(name);
+    Tensor out = Tensor::empty(t.shape, DataType::kFp32).value();
+    std::copy(t.f32.begin(), t.f32.end(), out.data<float>());
+    return out;
+  }
+  // Tokens [begin, end) of the image prompt at block `block`, with their 3-D positions and the
+  // feature rows of their image tokens.
+  SequenceInput image_span(int64_t begin, int64_t end, int block, LogitRows rows) {
+    pieces_.emplace_back(img_.begin() + begin, img_.begin() + end);
+    rope_.emplace_back();
+    for (int a = 0; a < 3; ++a) {
+      const auto axis = index_.positions.begin() + a * static_cast<int64_t>(img_.size());
+      rope_.back().insert(rope_.back().end(), axis + begin, axis + end);
+    }
+    SequenceInput s = span_in(pieces_.back(), begin, block, rows);
+    s.rope_positions = rope_.back();
+    s.image = &features_;
+    s.image_row = std::max<int64_t>(0, std::min(begin - index_.spans[0].first, index_.spans[0].second));
+    return s;
+  }
+
+  std::unique_ptr<Golden> g_;
+  std::vector<int32_t> img_;
+  RopeIndex index_;
+  ImageFeatures features_;
+  std::deque<std::vector<int32_t>> pieces_, rope_;  // what the spans view
+};
+
+TEST_F(VlBatchTest, ImageSequenceBesideTextMatchesEachAlone) {
+  const std::vector<int32_t>& chat = g_->at("chat.ids").i32;
+  const int64_t I = static_cast<int64_t>(img_.size()), C = static_cast<int64_t>(chat.size());
+  const std::vector<int32_t> i1 = {g_->at("img.greedy").i32[0]}, c1 = {g_->at("chat.greedy").i32[0]};
+  SequenceInput image_next = span_in(i1, I, 1);
+  image_next.rope_offset = index_.delta;
+  const int64_t split = index_.spans[0].first + 30;  // inside the image's 70 pad tokens
+  std::vector<std::vector<Entry>> steps = {
+      {{1, span_in(chat, 0, 0, LogitRows::kAll)}, {0, image_span(0, I, 1, LogitRows::kAll)}},
+      {{0, image_next}, {1, span_in(c1, C, 0)}},
+  };
+  std::unique_ptr<Model> batched = load_vl(2);
+  ASSERT_NE(batched, nullptr);
+  expect_batches_match_lone_runs(*batched, steps, 2, [&] { return load_vl(1); });
+
+  // The image prompt in two chunks in block 0 (rewriting it), beside the text's decode in block 1.
+  const std::vector<int32_t> c2 = {g_->at("chat.greedy").i32[1]};
+  steps = {
+      {{0, image_span(0, split, 0, LogitRows::kAll)}, {1, span_in(chat, 0, 1, LogitRows::kNone)}},
+      {{1, span_in(c1, C, 1)}, {0, image_span(split, I, 0, LogitRows::kAll)}},
+      {{1, span_in(c2, C + 1, 1)}},
+  };
+  std::unique_ptr<Model> again = load_vl(2);
+  ASSERT_NE(again, nullptr);
+  expect_batches_match_lone_runs(*again, steps, 2, [&] { return load_vl(1); });
+}
+
+TEST_F(VlBatchTest, ImageEntriesThatDoNotFitAreErrors) {
+  std::unique_ptr<Model> model = load_vl(2);
+  ASSERT_NE(model, nullptr);
+  const int64_t I = static_cast<int64_t>(img_.size());
+  auto message = [&](const SequenceInput& s) {
+    return model->forward(Span<const SequenceInput>(&s, 1)).status().message();
+  };
+  SequenceInput late = image_span(0, I, 0, LogitRows::kLast);
+  late.image_row = 1;
+  EXPECT_EQ(message(late), "forward: the span's 70 image tokens take feature rows 1..71 of 70");
+  SequenceInput flat = image_span(0, I, 0, LogitRows::kLast);
+  flat.rope_positions = Span<const int32_t>(rope_.back().data(), static_cast<size_t>(I));
+  EXPECT_EQ(message(flat), "forward: 3-D positions must be [3, 84] for 84 tokens, got 84 values");
+  SequenceInput one_d = image_span(0, I, 0, LogitRows::kLast);
+  one_d.rope_positions = Span<const int32_t>();
+  EXPECT_EQ(message(one_d), "forward: a span holding image tokens needs 3-D positions");
+  ImageFeatures bad = features_;
+  bad.deepstack[1] = bad.deepstack[1].rows(0, 69);
+  SequenceInput short_deepstack = image_span(0, I, 0, LogitRows::kLast);
+  short_deepstack.image = &bad;
+  EXPECT_EQ(message(short_deepstack),
+            "forward: deepstack feature 1 must be [70, 128], got fp32[69,128]@cpu");
+  const int64_t layers = model->config().num_layers;
+  bad.deepstack.assign(static_cast<size_t>(layers + 1), features_.embeds);
+  EXPECT_EQ(message(short_deepstack), "forward: more deepstack features (" +
+                                          std::to_string(layers + 1) + ") than decoder layers (" +
+                                          std::to_string(layers) + ")");
+}
+
+// The decode graphs are per KV block: two sequences decoding in turns and together, through the
+// graphs, give the eager logits.
+TEST(CudaModelBatch, GraphDecodeOfTwoBlocksMatchesEager) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* fixture : {"qwen3-tiny", "qwen3-vl-tiny"}) {
+    SCOPED_TRACE(fixture);
+    const Golden g = Golden::load(fixture);
+    const std::vector<int32_t>& ids = g.at("chat.ids").i32;
+    const int64_t T = static_cast<int64_t>(ids.size());
+    const std::vector<int32_t> first(ids.begin(), ids.begin() + T / 2);
+    std::vector<std::unique_ptr<Model>> models;
+    for (bool graph : {false, true}) {
+      ModelOptions o = batch_options(2);
+      o.device = DeviceType::kCuda;
+      o.cuda_graph = graph;
+      models.push_back(load(fixture, o));
+      ASSERT_NE(models.back(), nullptr);
+    }
+    std::vector<std::vector<float>> logits[2];
+    for (size_t m = 0; m < 2; ++m) {
+      Model& model = *models[m];
+      const std::vector<SequenceInput> prefill = {span_in(ids, 0, 1), span_in(first, 0, 0)};
+      ASSERT_TRUE(model.forward(prefill).ok());
+      for (int64_t i = 0; i < 6; ++i) {
+        const std::vector<int32_t> a = {ids[static_cast<size_t>(i)]}, b = {ids[static_cast<size_t>(T / 2 + i)]};
+        const SequenceInput sa = span_in(a, T + i, 1), sb = span_in(b, T / 2 + i, 0);
+        // Alternate lone steps of each block with steps of both.
+        if (i % 2 == 0) {
+          logits[m].push_back(host_floats(model.forward(Span<const SequenceInput>(&sa, 1))));
+          logits[m].push_back(host_floats(model.forward(Span<const SequenceInput>(&sb, 1))));
+        } else {
+          const std::vector<SequenceInput> both = {sb, sa};
+          logits[m].push_back(host_floats(model.forward(both)));
+        }
+      }
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    for (size_t i = 0; i < logits[0].size(); ++i) {
+      EXPECT_LE(relative_difference(logits[1][i], logits[0][i]), 1e-5) << "step " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kuiper::test
