@@ -7,6 +7,8 @@
 #
 #   device run tool:  command "export OUT; bash scripts/bench_compare.sh .dev/base"
 #                     carry [".gpu", ".dev/base"]
+# NEW_BUILD names an already configured build directory of this tree to reuse (after
+# scripts/gpu_test.sh: NEW_BUILD=build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BASE=${1:?usage: bench_compare.sh BASE_SOURCE_DIR}
@@ -20,8 +22,9 @@ build() {  # build SOURCE_DIR BUILD_DIR
   cmake -S "$1" -B "$2" -G Ninja -DKUIPER_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF &&
     ninja -C "$2" kuiper-bench
 }
+NEW_BUILD=${NEW_BUILD:-build-new}
 build "$BASE" build-base >> "$LOG" 2>&1 & base_pid=$!
-build . build-new >> "$LOG" 2>&1 & new_pid=$!
+build . "$NEW_BUILD" >> "$LOG" 2>&1 & new_pid=$!
 wait $base_pid || { tail -n 30 "$LOG"; exit 1; }
 wait $new_pid || { tail -n 30 "$LOG"; exit 1; }
 
@@ -34,7 +37,7 @@ run() {  # run NAME BUILD_DIR ROUND
 }
 for round in 1 2; do
   run base build-base $round
-  run new build-new $round
+  run new "$NEW_BUILD" $round
 done
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 for round in 1 2; do
