@@ -321,6 +321,21 @@ TEST_F(InferCli, AHugeNumberInABatchLineFailsOnlyThatLine) {
   EXPECT_TRUE(records[3].contains("output_ids"));
 }
 
+TEST_F(InferCli, MaxContextAboveTheModelsMaximumIsRefused) {
+  // The fixture's max_position_embeddings is 4096.
+  expect_refusal(qwen3({"--prompt", "x", "--max-context", "100000"}),
+                 {"--max-context 100000", "maximum of 4096"});
+  CliResult r = qwen3({"--prompt", "x", "--max-context", "4096", "--max-tokens", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(InferCli, UnwritableOutputFailsBeforeGenerating) {
+  const std::string out = path("no-such-dir/out.jsonl");
+  CliResult r = qwen3({"--prompt", "x", "--max-tokens", "2", "--output", out});
+  expect_refusal(r, {"--output", out, "No such file or directory"});
+  EXPECT_EQ(r.out, "");  // nothing was generated
+}
+
 TEST_F(InferCli, FlagValuesThatMakeNoSenseAreRefused) {
   expect_refusal(qwen3({"--prompt", "x", "--attention", "fast"}),
                  {"--attention", "mha, flash1 or flash2"});
