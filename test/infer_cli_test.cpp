@@ -298,14 +298,11 @@ void expect_refusal(const CliResult &r,
 // A number beyond a double (1e999) once threw out of the JSON parser and aborted the whole
 // batch with its output; now it is that line's error only.
 TEST_F(InferCli, AHugeNumberInABatchLineFailsOnlyThatLine) {
-  write("prompts.jsonl", R"({"prompt": "first"})"
-                         "\n"
-                         R"({"prompt": "hot", "temperature": 1e999})"
-                         "\n"
-                         R"({"prompt": "big", "top_k": 99999999999})"
-                         "\n"
-                         R"({"prompt": "last"})"
-                         "\n");
+  write("prompts.jsonl", R"({"prompt": "first"}
+{"prompt": "hot", "temperature": 1e999}
+{"prompt": "big", "top_k": 99999999999}
+{"prompt": "last"}
+)");
   CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-tokens",
                        "2", "--output", path("out.jsonl")});
   EXPECT_EQ(r.exit_code, 1);
