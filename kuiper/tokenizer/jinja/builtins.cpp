@@ -34,7 +34,9 @@ Result<std::vector<Value>> bind(const std::string& callee, const Arguments& args
   std::vector<std::optional<Value>> bound(params.size());
   for (size_t i = 0; i < args.positional.size(); ++i) bound[i] = args.positional[i];
   for (const auto& [name, value] : args.named) {
-    const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
+    // A lambda may not capture a structured binding before C++20: capture a plain reference.
+    const std::string& key = name;
+    const auto it = std::find_if(params.begin(), params.end(), [&key](const Param& p) { return key == p.name; });
     if (it == params.end()) return Status::Error(callee + "() got an unexpected keyword argument '" + name + "'");
     const size_t index = static_cast<size_t>(it - params.begin());
     if (bound[index].has_value()) return Status::Error(callee + "() got multiple values for argument '" + name + "'");
