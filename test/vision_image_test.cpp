@@ -814,6 +814,9 @@ TEST(VisionImage, ConfigFromJson) {
       {{"image_mean", {0.5, 0.5}}},
       {{"patch_size", "16"}},
       {{"patch_size", 0}},
+      {{"patch_size", 4294967296}},  // factor() squared once overflowed
+      {{"merge_size", nlohmann::json::parse("18446744073709551615")}},
+      {{"size", {{"shortest_edge", 1}, {"longest_edge", 1e300}}}},
       {{"size", {{"shortest_edge", 100}, {"longest_edge", 10}}}},
       {{"do_resize", "yes"}},
       nlohmann::json::array(),
