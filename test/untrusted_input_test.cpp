@@ -50,6 +50,7 @@ TEST(JsonReader, IntegersAreCheckedForTypeAndRange) {
   const JsonReader r(j, "cfg");
   EXPECT_EQ(*r.get_int("small", 0, 10), 7);
   EXPECT_MENTIONS(error_of(r.get_int("small", 0, 5)), "cfg: small: 7 is outside [0, 5]");
+  EXPECT_MENTIONS(error_of(r.get_int("small", 8, 10)), "cfg: small: 7 is outside [8, 10]");
   EXPECT_MENTIONS(error_of(r.get_int("negative", 0)), "cfg: negative: -3 is outside");
   EXPECT_MENTIONS(error_of(r.get_int("huge")), "cfg: huge: 18446744073709551615 is outside");
   EXPECT_MENTIONS(error_of(r.get_int("beyond")), "cfg: beyond: expected an integer");
@@ -89,6 +90,10 @@ TEST(UntrustedConfig, ZeroHeadsWithoutHeadDimIsAnErrorNotADivision) {
   json c = qwen3_config();
   c.erase("head_dim");
   c["num_attention_heads"] = 0;
+  EXPECT_MENTIONS(from_hf_error(c), "num_attention_heads: 0 is outside [1, ");
+  // As parsed from a file: the parser stores 0 as an unsigned integer (found by fuzz_config_json).
+  c = json::parse(c.dump());
+  ASSERT_TRUE(c["num_attention_heads"].is_number_unsigned());
   EXPECT_MENTIONS(from_hf_error(c), "num_attention_heads: 0 is outside [1, ");
 }
 

@@ -92,8 +92,10 @@ Result<int64_t> JsonReader::to_int(int64_t lo, int64_t hi) const {
     return error(value + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   };
   if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi)) return outside(std::to_string(u));
+    const uint64_t u = v.get<uint64_t>();  // the parser's type for every non-negative integer
+    if (u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo))) {
+      return outside(std::to_string(u));
+    }
     return static_cast<int64_t>(u);
   }
   if (v.is_number_integer()) {
