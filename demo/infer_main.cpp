@@ -83,9 +83,11 @@ Result<TokenizerTexts> tokenizer_texts(const InferOptions& options, const ModelF
 
 // One prompt (with --image, its images): the reply on stdout (streamed with --stream), a JSONL
 // record with --output.
+// `output` is the --output file, opened before the model is loaded so an unwritable path fails
+// at once; null without --output.
 Status run_single(Generator& generator, ChatTemplate chat_template, const ChatOptions& chat,
                   const InferOptions& options, const std::vector<PromptImage>& images,
-                  const char* program) {
+                  std::ofstream* output, const char* program) {
   ChatSession session(generator, std::move(chat_template), chat);
   session.set_system(options.system);
   TextCallback stream;
@@ -106,13 +108,29 @@ Status run_single(Generator& generator, ChatTemplate chat_template, const ChatOp
                  program, static_cast<long long>(generator.max_context()));
   }
   if (options.stats) std::fprintf(stderr, "%s\n", generation.stats.summary().c_str());
-  if (!options.output_path.empty()) {
-    std::ofstream out(options.output_path, std::ios::binary | std::ios::trunc);
+  if (output != nullptr) {
     nlohmann::ordered_json request = {{"prompt", options.prompt}};
     if (!options.images.empty()) request["images"] = options.images;
-    out << jsonl_line(result_record(1, request, generation, options.generation.sampling.seed));
-    if (!out) return Status::Error("cannot write " + options.output_path);
+    *output << jsonl_line(result_record(1, request, generation, options.generation.sampling.seed));
+    output->flush();
+    if (!*output) {
+      return Status::Error("cannot write " + options.output_path + ": " + std::strerror(errno));
+    }
   }
+  return Status::Ok();
+}
+
+// Refuses a --max-context beyond the model's max_position_embeddings (positions it was never
+// trained for); the default context is cut to that maximum instead.
+Status fit_max_context(const ModelConfig& config, InferOptions& options) {
+  const int64_t model_max = config.max_position_embeddings;
+  if (options.model.max_context <= model_max) return Status::Ok();
+  if (options.max_context_given) {
+    return Status::Error("--max-context " + std::to_string(options.model.max_context) +
+                         ": above the model's maximum of " + std::to_string(model_max) +
+                         " tokens (max_position_embeddings)");
+  }
+  options.model.max_context = model_max;
   return Status::Ok();
 }
 
@@ -125,6 +143,16 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
     return Status::Error(options.model_path + " is a " + architecture_name(arch) +
                          " model; " + program + " runs " + architecture_name(family) +
                          " models");
+  }
+  KUIPER_RETURN_IF_ERROR(fit_max_context(file->config(), options));
+  std::ofstream output;
+  const bool single = !options.interactive && options.prompts_file.empty();
+  if (single && !options.output_path.empty()) {
+    output.open(options.output_path, std::ios::binary | std::ios::trunc);
+    if (!output) {
+      return Status::Error("--output: cannot write " + options.output_path + ": " +
+                           std::strerror(errno));
+    }
   }
   KUIPER_ASSIGN_OR_RETURN(TokenizerTexts texts, tokenizer_texts(options, *file));
   KUIPER_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_json(texts.tokenizer_json));
@@ -157,7 +185,8 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
   } else if (!options.prompts_file.empty()) {
     *exit_code = run_batch(generator, chat_template, chat, options, vision, program);
   } else {
-    KUIPER_RETURN_IF_ERROR(run_single(generator, chat_template, chat, options, images, program));
+    KUIPER_RETURN_IF_ERROR(run_single(generator, chat_template, chat, options, images,
+                                      output.is_open() ? &output : nullptr, program));
     *exit_code = 0;
   }
   return Status::Ok();

@@ -213,6 +213,7 @@ Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture fam
                     "a number of tokens > 0, or 0 for the model's maximum");
   }
   o.model.max_context = FLAGS_max_context;
+  o.max_context_given = !gflags::GetCommandLineFlagInfoOrDie("max_context").is_default;
 
   if (FLAGS_max_tokens == 0 || FLAGS_max_tokens < -1) {
     return bad_flag("max-tokens", std::to_string(FLAGS_max_tokens), "an integer > 0, or -1 for no limit");

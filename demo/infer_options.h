@@ -17,6 +17,8 @@ struct InferOptions {
   ModelOptions model;
   GenerationOptions generation;
   bool seed_given = false;  // false: a fresh random seed was drawn
+  // --max-context was given: above the model's maximum it is refused (the default is cut to it).
+  bool max_context_given = false;
   bool no_think = false;
   std::string prompt;
   std::vector<std::string> images;  // --image, in order: shown with the first message

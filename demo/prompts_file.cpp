@@ -1,9 +1,12 @@
 #include "demo/prompts_file.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
+#include "kuiper/base/json_reader.h"
 #include "kuiper/runtime/vision_input.h"
 
 namespace kuiper::demo {
@@ -88,19 +91,20 @@ Status place_images(Json messages, const std::vector<std::string>& last_user_ima
 }
 
 // Reads the optional sampling fields of a JSONL line over the command line's values.
-Status read_overrides(const Json& j, GenerationOptions* g) {
+Status read_overrides(const JsonReader& j, GenerationOptions* g) {
   auto number = [&](const char* key, float* out) -> Status {
-    if (!j.contains(key)) return Status::Ok();
-    if (!j[key].is_number()) return Status::Error(std::string("\"") + key + "\" must be a number");
-    *out = j[key].get<float>();
+    if (!j.has(key)) return Status::Ok();
+    KUIPER_ASSIGN_OR_RETURN(double v, j.get_double(key));
+    if (std::fabs(v) > std::numeric_limits<float>::max()) {
+      return Status::Error(std::string("\"") + key + "\" is out of range");
+    }
+    *out = static_cast<float>(v);
     return Status::Ok();
   };
   auto integer = [&](const char* key, auto* out) -> Status {
-    if (!j.contains(key)) return Status::Ok();
-    if (!j[key].is_number_integer()) {
-      return Status::Error(std::string("\"") + key + "\" must be an integer");
-    }
-    *out = j[key].get<std::remove_pointer_t<decltype(out)>>();
+    using T = std::remove_pointer_t<decltype(out)>;
+    KUIPER_ASSIGN_OR_RETURN(*out, j.get_int_or(key, *out, std::numeric_limits<T>::min(),
+                                               std::numeric_limits<T>::max()));
     return Status::Ok();
   };
   SamplingParams& s = g->sampling;
@@ -111,22 +115,22 @@ Status read_overrides(const Json& j, GenerationOptions* g) {
   KUIPER_RETURN_IF_ERROR(number("repeat_penalty", &s.repeat_penalty));
   KUIPER_RETURN_IF_ERROR(integer("repeat_last_n", &s.repeat_last_n));
   KUIPER_RETURN_IF_ERROR(integer("max_tokens", &g->max_tokens));
-  if (j.contains("seed")) {
-    if (!j["seed"].is_number_unsigned()) return Status::Error("\"seed\" must be an integer >= 0");
-    s.seed = j["seed"].get<uint64_t>();
+  if (j.has("seed")) {
+    KUIPER_ASSIGN_OR_RETURN(int64_t seed, j.get_int("seed", 0));
+    s.seed = static_cast<uint64_t>(seed);
   }
-  if (j.contains("stop")) {
-    const Json& stop = j["stop"];
+  if (j.has("stop")) {
+    KUIPER_ASSIGN_OR_RETURN(JsonReader stop, j.at("stop"));
     g->stop.clear();
-    if (stop.is_string()) {
-      g->stop.push_back(stop.get<std::string>());
-    } else if (stop.is_array()) {
-      for (const Json& s : stop) {
-        if (!s.is_string()) return Status::Error("\"stop\" must be a string or a list of strings");
-        g->stop.push_back(s.get<std::string>());
+    if (stop.is_array()) {
+      KUIPER_ASSIGN_OR_RETURN(std::vector<JsonReader> items, stop.elements());
+      for (const JsonReader& item : items) {
+        KUIPER_ASSIGN_OR_RETURN(std::string text, item.to_string());
+        g->stop.push_back(std::move(text));
       }
     } else {
-      return Status::Error("\"stop\" must be a string or a list of strings");
+      KUIPER_ASSIGN_OR_RETURN(std::string text, stop.to_string());
+      g->stop.push_back(std::move(text));
     }
   }
   KUIPER_RETURN_IF_ERROR(validate_sampling(s));
@@ -139,14 +143,8 @@ Status read_overrides(const Json& j, GenerationOptions* g) {
 Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
                                       const GenerationOptions& defaults,
                                       const std::string& system) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    const std::string what = e.what();
-    const size_t cut = what.find("] ");
-    return Status::Error("not valid JSON: " + (cut == std::string::npos ? what : what.substr(cut + 2)));
-  }
+  // Ordered, so the echoed prompt and messages keep the line's key order.
+  KUIPER_ASSIGN_OR_RETURN(const Json j, parse_json<Json>(text, "the line"));
   if (!j.is_object()) return Status::Error("expected a JSON object");
   static const char* const kFields[] = {"id", "prompt", "messages", "system", "images",
                                         "temperature", "top_k", "top_p", "min_p",
@@ -194,7 +192,8 @@ Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
     KUIPER_RETURN_IF_ERROR(place_images(j["messages"], images, &request));
   }
   request.generation = defaults;
-  KUIPER_RETURN_IF_ERROR(read_overrides(j, &request.generation));
+  const nlohmann::json fields(j);
+  KUIPER_RETURN_IF_ERROR(read_overrides(JsonReader(fields, ""), &request.generation));
   return request;
 }
 

@@ -14,7 +14,6 @@ LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
 if [ -d .gpu/debs ]; then
   source scripts/deps.sh install .gpu/debs
-  export KUIPER_SHARED_DIR=${KUIPER_SHARED_DIR:-$PWD/.gpu}
 fi
 cmake -S . -B "$BUILD" -G Ninja -DKUIPER_CUDA_ARCHS=90 > "$LOGS/cmake.log" 2>&1 &&
   ninja -C "$BUILD" kuiper_tests kuiper-bench > "$LOGS/build.log" 2>&1 ||

@@ -1,5 +1,5 @@
 #!/bin/bash
-# (The project's copy of ../shared/device/deps.sh, with the line editor the REPL links and
+# (The project's copy of the shared device/deps.sh, with the line editor the REPL links and
 # libjpeg-turbo added.)
 # Debian packages that the build needs, carried to the GPU machine (which reaches no registry).
 #   here:            bash deps.sh download DIR     (fills DIR with .deb files; run apt-get update first)

@@ -5,8 +5,8 @@
 #   GTEST_FILTER='Cuda*' scripts/gpu_test.sh
 #
 # On the lent GPU machine (no package registry) the build dependencies travel as .deb files in
-# .gpu/ and the fixtures in .gpu/fixtures; both are picked up when present. Logs go to $OUT (the
-# device tool's output folder) or build-gpu/logs.
+# .gpu/debs, picked up when present; the test data is the repository's own (test/data). Logs go
+# to $OUT (the device tool's output folder) or build-gpu/logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
@@ -14,9 +14,8 @@ LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
 if [ -d .gpu/debs ]; then
   # scripts/deps.sh's package list (libedit and libjpeg-turbo included); fill .gpu/debs with
-  # `bash scripts/deps.sh download .gpu/debs` after ../shared/device/prepare.sh.
+  # `bash scripts/deps.sh download .gpu/debs`.
   source scripts/deps.sh install .gpu/debs
-  export KUIPER_SHARED_DIR=${KUIPER_SHARED_DIR:-$PWD/.gpu}
 fi
 
 cmake -S . -B "$BUILD" -G Ninja -DKUIPER_CUDA_ARCHS=90 > "$LOGS/cmake.log" 2>&1 &&

@@ -295,6 +295,44 @@ void expect_refusal(const CliResult &r,
     EXPECT_NE(r.err.find(m), std::string::npos) << r.err;
 }
 
+// A number beyond a double (1e999) once threw out of the JSON parser and aborted the whole
+// batch with its output; now it is that line's error only.
+TEST_F(InferCli, AHugeNumberInABatchLineFailsOnlyThatLine) {
+  write("prompts.jsonl", R"({"prompt": "first"}
+{"prompt": "hot", "temperature": 1e999}
+{"prompt": "big", "top_k": 99999999999}
+{"prompt": "last"}
+)");
+  CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-tokens",
+                       "2", "--output", path("out.jsonl")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("prompts.jsonl:2:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not valid JSON"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("prompts.jsonl:3: top_k: 99999999999 is outside"),
+            std::string::npos) << r.err;
+  std::vector<json> records = read_jsonl(path("out.jsonl"));
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_TRUE(records[0].contains("output_ids"));
+  EXPECT_TRUE(records[1].contains("error"));
+  EXPECT_TRUE(records[2].contains("error"));
+  EXPECT_TRUE(records[3].contains("output_ids"));
+}
+
+TEST_F(InferCli, MaxContextAboveTheModelsMaximumIsRefused) {
+  // The fixture's max_position_embeddings is 4096.
+  expect_refusal(qwen3({"--prompt", "x", "--max-context", "100000"}),
+                 {"--max-context 100000", "maximum of 4096"});
+  CliResult r = qwen3({"--prompt", "x", "--max-context", "4096", "--max-tokens", "1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(InferCli, UnwritableOutputFailsBeforeGenerating) {
+  const std::string out = path("no-such-dir/out.jsonl");
+  CliResult r = qwen3({"--prompt", "x", "--max-tokens", "2", "--output", out});
+  expect_refusal(r, {"--output", out, "No such file or directory"});
+  EXPECT_EQ(r.out, "");  // nothing was generated
+}
+
 TEST_F(InferCli, FlagValuesThatMakeNoSenseAreRefused) {
   expect_refusal(qwen3({"--prompt", "x", "--attention", "fast"}),
                  {"--attention", "mha, flash1 or flash2"});

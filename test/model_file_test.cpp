@@ -338,6 +338,33 @@ TEST(ModelFile, RejectsBrokenMetadata) {
       << open_error(path);
 }
 
+// A number beyond a double once threw out of the metadata parser (an abort); a huge or
+// mistyped config value is an error naming it.
+TEST(ModelFile, HugeOrMistypedMetadataNumbersAreErrors) {
+  test::TempDir dir;
+  std::vector<char> bytes = read_bytes(write_tiny(dir));
+  const std::string text(bytes.begin(), bytes.end());
+  const std::string key = "\"rms_norm_eps\":";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const size_t begin = at + key.size(), end = text.find_first_of(",}", begin);
+  ASSERT_GE(end - begin, 5u);
+  const std::string path = dir.file("bad.bin");
+  auto with_value = [&](const std::string& value) {
+    std::vector<char> patched = bytes;
+    std::string padded = value;
+    padded.resize(end - begin, ' ');  // same length: the header's metadata size still holds
+    std::copy(padded.begin(), padded.end(), patched.begin() + static_cast<long>(begin));
+    write_bytes(path, patched);
+    return open_error(path);
+  };
+  EXPECT_EQ(with_value("1e999").rfind(path + ": metadata is not valid JSON", 0), 0u)
+      << with_value("1e999");
+  EXPECT_NE(with_value("\"x\"").find(path + ": config: rms_norm_eps: expected a number"),
+            std::string::npos)
+      << with_value("\"x\"");
+}
+
 TEST(ModelFile, MissingFileOrDirectoryIsAClearError) {
   test::TempDir dir;
   EXPECT_EQ(open_error(dir.file("absent.bin")),

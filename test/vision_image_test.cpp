@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -14,14 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#include <stb_image_write.h>
-#pragma GCC diagnostic pop
+// libjpeg's header needs size_t and FILE declared first (<cstdio> above).
+#include <jpeglib.h>
 
 #include "kuiper/vision/image.h"
 #include "kuiper/vision/preprocess.h"
@@ -133,14 +128,32 @@ std::vector<uint8_t> make_png(uint32_t width, uint32_t height, int bit_depth, in
   return png;
 }
 
+// Encoded by libjpeg (stb_image_write's JPEG encoder left-shifts negative values, undefined
+// behaviour that UBSan reports). Baseline 4:2:0, as PIL writes by default.
 std::vector<uint8_t> make_jpeg(const Image& image, int quality) {
-  std::vector<uint8_t> out;
-  auto sink = [](void* context, void* data, int size) {
-    auto* v = static_cast<std::vector<uint8_t>*>(context);
-    v->insert(v->end(), static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-  };
-  stbi_write_jpg_to_func(sink, &out, static_cast<int>(image.width), static_cast<int>(image.height), 3,
-                         image.rgb.data(), quality);
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr errors;
+  cinfo.err = jpeg_std_error(&errors);  // a failure in this test helper exits, naming it
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(image.width);
+  cinfo.image_height = static_cast<JDIMENSION>(image.height);
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(image.rgb.data()) +
+                   static_cast<size_t>(cinfo.next_scanline) * static_cast<size_t>(image.width) * 3;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::vector<uint8_t> out(buffer, buffer + size);
+  std::free(buffer);
   return out;
 }
 
@@ -559,6 +572,20 @@ TEST(VisionImage, BadFilesAreClearErrors) {
   expect_error(load_image(dir.file("bad_table.jpg")), dir.file("bad_table.jpg"), "cannot decode");
 }
 
+// A DHT table whose 16 code counts add up past 256: stb_image's table builder (Debian's 2022
+// copy, which read every JPEG header first) wrote out of bounds on it; the structure check now
+// refuses it before any decoder runs.
+TEST(VisionImage, JpegHuffmanCountsPast256AreRefused) {
+  test::TempDir dir;
+  std::vector<uint8_t> jpeg = make_jpeg(random_image(16, 16, 3), 90);
+  size_t dht = 2;
+  while (dht + 4 < jpeg.size() && !(jpeg[dht] == 0xFF && jpeg[dht + 1] == 0xC4)) ++dht;
+  ASSERT_LT(dht + 21, jpeg.size()) << "no DHT segment";
+  for (size_t i = 0; i < 16; ++i) jpeg[dht + 5 + i] = 0xFF;  // 16 x 255 codes
+  write_bytes(dir.file("counts.jpg"), jpeg);
+  expect_error(load_image(dir.file("counts.jpg")), dir.file("counts.jpg"), "bad Huffman table");
+}
+
 TEST(VisionImage, JpegDecodes) {
   // A smooth image survives JPEG at quality 100 nearly unchanged.
   Image image;
@@ -787,6 +814,9 @@ TEST(VisionImage, ConfigFromJson) {
       {{"image_mean", {0.5, 0.5}}},
       {{"patch_size", "16"}},
       {{"patch_size", 0}},
+      {{"patch_size", 4294967296}},  // factor() squared once overflowed
+      {{"merge_size", nlohmann::json::parse("18446744073709551615")}},
+      {{"size", {{"shortest_edge", 1}, {"longest_edge", 1e300}}}},
       {{"size", {{"shortest_edge", 100}, {"longest_edge", 10}}}},
       {{"do_resize", "yes"}},
       nlohmann::json::array(),

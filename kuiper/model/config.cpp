@@ -1,5 +1,7 @@
 #include "kuiper/model/config.h"
 
+#include "kuiper/base/json_reader.h"
+
 namespace kuiper {
 
 using nlohmann::json;
@@ -42,14 +44,21 @@ Status ModelConfig::validate() const {
                  : Status::Error(std::string("config: ") + what + " must be positive, got " +
                                  std::to_string(v));
   };
-  KUIPER_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
-  KUIPER_RETURN_IF_ERROR(positive(hidden_size, "hidden_size"));
-  KUIPER_RETURN_IF_ERROR(positive(intermediate_size, "intermediate_size"));
-  KUIPER_RETURN_IF_ERROR(positive(num_layers, "num_hidden_layers"));
-  KUIPER_RETURN_IF_ERROR(positive(num_heads, "num_attention_heads"));
-  KUIPER_RETURN_IF_ERROR(positive(num_kv_heads, "num_key_value_heads"));
-  KUIPER_RETURN_IF_ERROR(positive(head_dim, "head_dim"));
-  KUIPER_RETURN_IF_ERROR(positive(max_position_embeddings, "max_position_embeddings"));
+  auto within = [&positive](int64_t v, int64_t limit, const char* what) {
+    if (v > limit) {
+      return Status::Error(std::string("config: ") + what + " " + std::to_string(v) +
+                           " is beyond the limit " + std::to_string(limit));
+    }
+    return positive(v, what);
+  };
+  KUIPER_RETURN_IF_ERROR(within(vocab_size, kMaxVocab, "vocab_size"));
+  KUIPER_RETURN_IF_ERROR(within(hidden_size, kMaxHidden, "hidden_size"));
+  KUIPER_RETURN_IF_ERROR(within(intermediate_size, kMaxHidden, "intermediate_size"));
+  KUIPER_RETURN_IF_ERROR(within(num_layers, kMaxLayers, "num_hidden_layers"));
+  KUIPER_RETURN_IF_ERROR(within(num_heads, kMaxHeads, "num_attention_heads"));
+  KUIPER_RETURN_IF_ERROR(within(num_kv_heads, kMaxHeads, "num_key_value_heads"));
+  KUIPER_RETURN_IF_ERROR(within(head_dim, kMaxHeadDim, "head_dim"));
+  KUIPER_RETURN_IF_ERROR(within(max_position_embeddings, kMaxPositions, "max_position_embeddings"));
   if (num_heads % num_kv_heads != 0) {
     return Status::Error("config: num_attention_heads (" + std::to_string(num_heads) +
                          ") is not a multiple of num_key_value_heads (" +
@@ -144,35 +153,37 @@ json ModelConfig::to_json() const {
 }
 
 Result<ModelConfig> ModelConfig::from_json(const json& j) {
+  const JsonReader r(j, "config");
   ModelConfig c;
-  try {
-    KUIPER_ASSIGN_OR_RETURN(c.arch, parse_architecture(j.at("architecture").get<std::string>()));
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.hidden_size = j.at("hidden_size").get<int64_t>();
-    c.intermediate_size = j.at("intermediate_size").get<int64_t>();
-    c.num_layers = j.at("num_layers").get<int64_t>();
-    c.num_heads = j.at("num_heads").get<int64_t>();
-    c.num_kv_heads = j.at("num_kv_heads").get<int64_t>();
-    c.head_dim = j.at("head_dim").get<int64_t>();
-    c.rms_norm_eps = j.at("rms_norm_eps").get<double>();
-    c.rope_theta = j.at("rope_theta").get<double>();
-    c.max_position_embeddings = j.at("max_position_embeddings").get<int64_t>();
-    c.tie_word_embeddings = j.at("tie_word_embeddings").get<bool>();
-    c.qkv_bias = j.at("qkv_bias").get<bool>();
-    c.qk_norm = j.at("qk_norm").get<bool>();
-    c.bos_token_id = j.at("bos_token_id").get<int64_t>();
-    c.eos_token_ids = j.at("eos_token_ids").get<std::vector<int64_t>>();
-    if (c.arch == Architecture::kQwen3VL) {
-      c.mrope_section = j.at("mrope_section").get<std::vector<int64_t>>();
-      c.mrope_interleaved = j.at("mrope_interleaved").get<bool>();
-      c.image_token_id = j.at("image_token_id").get<int64_t>();
-      c.vision_start_token_id = j.at("vision_start_token_id").get<int64_t>();
-      c.vision_end_token_id = j.at("vision_end_token_id").get<int64_t>();
-      KUIPER_ASSIGN_OR_RETURN(VisionConfig vision, VisionConfig::from_json(j.at("vision")));
-      c.vision = vision;
-    }
-  } catch (const json::exception& e) {
-    return Status::Error(std::string("config: ") + e.what());
+  KUIPER_ASSIGN_OR_RETURN(std::string arch, r.get_string("architecture"));
+  KUIPER_ASSIGN_OR_RETURN(c.arch, parse_architecture(arch));
+  // Every size is range-checked by validate(); here only the type and the int64 range.
+  KUIPER_ASSIGN_OR_RETURN(c.vocab_size, r.get_int("vocab_size"));
+  KUIPER_ASSIGN_OR_RETURN(c.hidden_size, r.get_int("hidden_size"));
+  KUIPER_ASSIGN_OR_RETURN(c.intermediate_size, r.get_int("intermediate_size"));
+  KUIPER_ASSIGN_OR_RETURN(c.num_layers, r.get_int("num_layers"));
+  KUIPER_ASSIGN_OR_RETURN(c.num_heads, r.get_int("num_heads"));
+  KUIPER_ASSIGN_OR_RETURN(c.num_kv_heads, r.get_int("num_kv_heads"));
+  KUIPER_ASSIGN_OR_RETURN(c.head_dim, r.get_int("head_dim"));
+  KUIPER_ASSIGN_OR_RETURN(c.rms_norm_eps, r.get_double("rms_norm_eps"));
+  KUIPER_ASSIGN_OR_RETURN(c.rope_theta, r.get_double("rope_theta"));
+  KUIPER_ASSIGN_OR_RETURN(c.max_position_embeddings, r.get_int("max_position_embeddings"));
+  KUIPER_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.get_bool("tie_word_embeddings"));
+  KUIPER_ASSIGN_OR_RETURN(c.qkv_bias, r.get_bool("qkv_bias"));
+  KUIPER_ASSIGN_OR_RETURN(c.qk_norm, r.get_bool("qk_norm"));
+  KUIPER_ASSIGN_OR_RETURN(c.bos_token_id, r.get_int("bos_token_id"));
+  KUIPER_ASSIGN_OR_RETURN(JsonReader eos, r.at("eos_token_ids"));
+  KUIPER_ASSIGN_OR_RETURN(c.eos_token_ids, eos.to_int_list());
+  if (c.arch == Architecture::kQwen3VL) {
+    KUIPER_ASSIGN_OR_RETURN(JsonReader section, r.at("mrope_section"));
+    KUIPER_ASSIGN_OR_RETURN(c.mrope_section, section.to_int_list());
+    KUIPER_ASSIGN_OR_RETURN(c.mrope_interleaved, r.get_bool("mrope_interleaved"));
+    KUIPER_ASSIGN_OR_RETURN(c.image_token_id, r.get_int("image_token_id"));
+    KUIPER_ASSIGN_OR_RETURN(c.vision_start_token_id, r.get_int("vision_start_token_id"));
+    KUIPER_ASSIGN_OR_RETURN(c.vision_end_token_id, r.get_int("vision_end_token_id"));
+    KUIPER_ASSIGN_OR_RETURN(JsonReader vision_json, r.at("vision"));
+    KUIPER_ASSIGN_OR_RETURN(VisionConfig vision, VisionConfig::from_json(vision_json.json()));
+    c.vision = vision;
   }
   KUIPER_RETURN_IF_ERROR(c.validate());
   return c;
@@ -182,19 +193,20 @@ namespace {
 
 // rope_theta lives at the top level (older configs) or inside rope_parameters (newer ones);
 // only unscaled ("default") rotary embeddings are supported.
-Status read_rope(const json& hf, ModelConfig& c) {
-  const json* scaling = nullptr;
-  if (hf.contains("rope_parameters") && hf["rope_parameters"].is_object()) {
-    const json& p = hf["rope_parameters"];
-    if (p.contains("rope_theta")) c.rope_theta = p["rope_theta"].get<double>();
-    scaling = &p;
+Status read_rope(const JsonReader& t, ModelConfig& c) {
+  std::optional<JsonReader> scaling;
+  if (t.has("rope_parameters")) {
+    KUIPER_ASSIGN_OR_RETURN(JsonReader p, t.at("rope_parameters"));
+    KUIPER_ASSIGN_OR_RETURN(c.rope_theta, p.get_double_or("rope_theta", c.rope_theta));
+    scaling = p;
   }
-  if (hf.contains("rope_theta") && hf["rope_theta"].is_number()) {
-    c.rope_theta = hf["rope_theta"].get<double>();
+  KUIPER_ASSIGN_OR_RETURN(c.rope_theta, t.get_double_or("rope_theta", c.rope_theta));
+  if (t.has("rope_scaling")) {
+    KUIPER_ASSIGN_OR_RETURN(scaling, t.at("rope_scaling"));
   }
-  if (hf.contains("rope_scaling") && hf["rope_scaling"].is_object()) scaling = &hf["rope_scaling"];
-  if (scaling != nullptr) {
-    std::string type = scaling->value("rope_type", scaling->value("type", std::string("default")));
+  if (scaling) {
+    KUIPER_ASSIGN_OR_RETURN(std::string old_type, scaling->get_string_or("type", "default"));
+    KUIPER_ASSIGN_OR_RETURN(std::string type, scaling->get_string_or("rope_type", old_type));
     if (type != "default") {
       return Status::Error("config.json: rope scaling type '" + type +
                            "' is not supported (only default rotary embeddings)");
@@ -203,49 +215,46 @@ Status read_rope(const json& hf, ModelConfig& c) {
   return Status::Ok();
 }
 
-std::vector<int64_t> id_list(const json& v) {
-  if (v.is_number_integer()) return {v.get<int64_t>()};
-  if (v.is_array()) return v.get<std::vector<int64_t>>();
-  return {};
+// A token id or a list of them (bos_token_id, eos_token_id); absent or null is none.
+Result<std::vector<int64_t>> id_list(const JsonReader& t, const std::string& key) {
+  if (!t.has(key)) return std::vector<int64_t>{};
+  KUIPER_ASSIGN_OR_RETURN(JsonReader v, t.at(key));
+  if (v.is_array()) return v.to_int_list(0, ModelConfig::kMaxVocab - 1);
+  KUIPER_ASSIGN_OR_RETURN(int64_t id, v.to_int(0, ModelConfig::kMaxVocab - 1));
+  return std::vector<int64_t>{id};
 }
 
 // Qwen3-VL's multimodal rotary layout, from the text config's rope_scaling or rope_parameters.
-Status read_mrope(const json& text, ModelConfig& c) {
-  const json* rope = nullptr;
+Status read_mrope(const JsonReader& text, ModelConfig& c) {
+  std::optional<JsonReader> rope;
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    if (text.contains(key) && text[key].is_object() && text[key].contains("mrope_section")) {
-      rope = &text[key];
-    }
+    if (!text.has(key)) continue;
+    KUIPER_ASSIGN_OR_RETURN(JsonReader candidate, text.at(key));
+    if (candidate.has("mrope_section")) rope = candidate;
   }
-  if (rope == nullptr) {
+  if (!rope) {
     return Status::Error("config.json: text_config has no mrope_section (in rope_scaling or "
                          "rope_parameters)");
   }
-  const json& section = (*rope)["mrope_section"];
-  if (!section.is_array()) return Status::Error("config.json: mrope_section is not an array");
-  for (const json& v : section) {
-    if (!v.is_number_integer()) {
-      return Status::Error("config.json: mrope_section holds a non-integer " + v.dump());
-    }
-    c.mrope_section.push_back(v.get<int64_t>());
-  }
+  KUIPER_ASSIGN_OR_RETURN(JsonReader section, rope->at("mrope_section"));
+  KUIPER_ASSIGN_OR_RETURN(c.mrope_section, section.to_int_list(0, ModelConfig::kMaxHeadDim));
   // Qwen3-VL interleaves the axes; a config that says otherwise asks for another layout.
-  c.mrope_interleaved = rope->value("mrope_interleaved", true);
+  KUIPER_ASSIGN_OR_RETURN(c.mrope_interleaved, rope->get_bool_or("mrope_interleaved", true));
   return Status::Ok();
-}
-
-int64_t required_id(const json& hf, const char* key) {
-  return hf.contains(key) && hf[key].is_number_integer() ? hf[key].get<int64_t>() : -1;
 }
 
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_hf(const json& hf) {
   if (!hf.is_object()) return Status::Error("config.json is not a JSON object");
+  const JsonReader root(hf, "config.json");
   std::string arch_name;
-  if (hf.contains("architectures") && hf["architectures"].is_array() &&
-      !hf["architectures"].empty()) {
-    arch_name = hf["architectures"][0].get<std::string>();
+  if (root.has("architectures")) {
+    KUIPER_ASSIGN_OR_RETURN(JsonReader archs, root.at("architectures"));
+    if (archs.is_array() && !archs.json().empty()) {
+      KUIPER_ASSIGN_OR_RETURN(JsonReader first, archs.at(size_t{0}));
+      KUIPER_ASSIGN_OR_RETURN(arch_name, first.to_string());
+    }
   }
   ModelConfig c;
   if (arch_name == "Qwen2ForCausalLM") {
@@ -270,45 +279,42 @@ Result<ModelConfig> ModelConfig::from_hf(const json& hf) {
     return Status::Error(
         "config.json: Qwen3VLForConditionalGeneration needs a vision_config object");
   }
-  // The text model's fields: at the top level, or in text_config for Qwen3-VL.
-  const json& t = vl ? hf["text_config"] : hf;
-  try {
-    c.vocab_size = t.at("vocab_size").get<int64_t>();
-    c.hidden_size = t.at("hidden_size").get<int64_t>();
-    c.intermediate_size = t.at("intermediate_size").get<int64_t>();
-    c.num_layers = t.at("num_hidden_layers").get<int64_t>();
-    c.num_heads = t.at("num_attention_heads").get<int64_t>();
-    c.num_kv_heads = t.value("num_key_value_heads", c.num_heads);
-    c.head_dim = t.contains("head_dim") && t["head_dim"].is_number()
-                     ? t["head_dim"].get<int64_t>()
-                     : c.hidden_size / c.num_heads;
-    c.rms_norm_eps = t.value("rms_norm_eps", 1e-6);
-    c.max_position_embeddings = t.value("max_position_embeddings", int64_t{32768});
-    // Qwen3-VL keeps tie_word_embeddings at the top level (the text_config copy may be stale).
-    c.tie_word_embeddings = hf.contains("tie_word_embeddings")
-                                ? hf.value("tie_word_embeddings", false)
-                                : t.value("tie_word_embeddings", false);
-    if (t.contains("attention_bias") && t["attention_bias"].is_boolean()) {
-      c.qkv_bias = t["attention_bias"].get<bool>() || c.arch == Architecture::kQwen2;
-    }
-    if (t.contains("bos_token_id")) {
-      auto bos = id_list(t["bos_token_id"]);
-      if (!bos.empty()) c.bos_token_id = bos[0];
-    }
-    if (t.contains("eos_token_id")) c.eos_token_ids = id_list(t["eos_token_id"]);
-    std::string act = t.value("hidden_act", std::string("silu"));
-    if (act != "silu") {
-      return Status::Error("config.json: hidden_act '" + act + "' is not supported (silu only)");
-    }
-  } catch (const json::exception& e) {
-    return Status::Error(std::string("config.json: ") + e.what());
+  // The text model's fields: at the top level, or in text_config for Qwen3-VL. Sizes are read
+  // in the limits validate() enforces, so the division below and every later product is safe.
+  KUIPER_ASSIGN_OR_RETURN(const JsonReader t,
+                          vl ? root.at("text_config") : Result<JsonReader>(root));
+  KUIPER_ASSIGN_OR_RETURN(c.vocab_size, t.get_int("vocab_size", 1, kMaxVocab));
+  KUIPER_ASSIGN_OR_RETURN(c.hidden_size, t.get_int("hidden_size", 1, kMaxHidden));
+  KUIPER_ASSIGN_OR_RETURN(c.intermediate_size, t.get_int("intermediate_size", 1, kMaxHidden));
+  KUIPER_ASSIGN_OR_RETURN(c.num_layers, t.get_int("num_hidden_layers", 1, kMaxLayers));
+  KUIPER_ASSIGN_OR_RETURN(c.num_heads, t.get_int("num_attention_heads", 1, kMaxHeads));
+  KUIPER_ASSIGN_OR_RETURN(c.num_kv_heads,
+                          t.get_int_or("num_key_value_heads", c.num_heads, 1, kMaxHeads));
+  KUIPER_ASSIGN_OR_RETURN(c.head_dim, t.get_int_or("head_dim", c.hidden_size / c.num_heads, 1,
+                                                   kMaxHeadDim));
+  KUIPER_ASSIGN_OR_RETURN(c.rms_norm_eps, t.get_double_or("rms_norm_eps", 1e-6));
+  KUIPER_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                          t.get_int_or("max_position_embeddings", 32768, 1, kMaxPositions));
+  // Qwen3-VL keeps tie_word_embeddings at the top level (the text_config copy may be stale).
+  KUIPER_ASSIGN_OR_RETURN(bool text_tie, t.get_bool_or("tie_word_embeddings", false));
+  KUIPER_ASSIGN_OR_RETURN(c.tie_word_embeddings, root.get_bool_or("tie_word_embeddings", text_tie));
+  if (t.has("attention_bias")) {
+    KUIPER_ASSIGN_OR_RETURN(bool bias, t.get_bool("attention_bias"));
+    c.qkv_bias = bias || c.arch == Architecture::kQwen2;
+  }
+  KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> bos, id_list(t, "bos_token_id"));
+  if (!bos.empty()) c.bos_token_id = bos[0];
+  KUIPER_ASSIGN_OR_RETURN(c.eos_token_ids, id_list(t, "eos_token_id"));
+  KUIPER_ASSIGN_OR_RETURN(std::string act, t.get_string_or("hidden_act", "silu"));
+  if (act != "silu") {
+    return Status::Error("config.json: hidden_act '" + act + "' is not supported (silu only)");
   }
   KUIPER_RETURN_IF_ERROR(read_rope(t, c));
   if (vl) {
     KUIPER_RETURN_IF_ERROR(read_mrope(t, c));
-    c.image_token_id = required_id(hf, "image_token_id");
-    c.vision_start_token_id = required_id(hf, "vision_start_token_id");
-    c.vision_end_token_id = required_id(hf, "vision_end_token_id");
+    KUIPER_ASSIGN_OR_RETURN(c.image_token_id, root.get_int_or("image_token_id", -1));
+    KUIPER_ASSIGN_OR_RETURN(c.vision_start_token_id, root.get_int_or("vision_start_token_id", -1));
+    KUIPER_ASSIGN_OR_RETURN(c.vision_end_token_id, root.get_int_or("vision_end_token_id", -1));
     KUIPER_ASSIGN_OR_RETURN(VisionConfig vision, VisionConfig::from_hf(hf["vision_config"]));
     c.vision = vision;
   }

@@ -42,6 +42,16 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
+  // Sanity limits on sizes read from a file, far above any published Qwen model (151936 tokens,
+  // hidden 8192, 94 layers, 64 heads of 128, 262144 positions): checked before anything is sized
+  // from them, and small enough that their products cannot overflow int64.
+  static constexpr int64_t kMaxVocab = int64_t{1} << 24;
+  static constexpr int64_t kMaxHidden = int64_t{1} << 17;  // hidden and intermediate sizes
+  static constexpr int64_t kMaxLayers = 1024;
+  static constexpr int64_t kMaxHeads = 1024;
+  static constexpr int64_t kMaxHeadDim = 1024;
+  static constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
   // Qwen3-VL (kQwen3VL) only. Interleaved multimodal RoPE: rotary frequency j takes its position
   // from axis h when j % 3 == 1 and j < 3 * mrope_section[1], from axis w when j % 3 == 2 and
   // j < 3 * mrope_section[2], else from axis t; the sections sum to head_dim / 2. Empty for
@@ -59,7 +69,8 @@ struct ModelConfig {
   // Where the text model's tensors live: "model.language_model." for Qwen3-VL, else "model.".
   std::string text_prefix() const;
 
-  // Checks the numbers are consistent (positive sizes, heads divisible by kv heads, ...).
+  // Checks the numbers are consistent (sizes positive and within the limits above, heads
+  // divisible by kv heads, ...).
   Status validate() const;
   Status validate_vl() const;  // the Qwen3-VL fields (part of validate)
   nlohmann::json to_json() const;

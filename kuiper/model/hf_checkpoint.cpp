@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "kuiper/base/json_reader.h"
 #include "kuiper/model/model_file.h"
 
 namespace kuiper {
@@ -17,14 +18,6 @@ Result<std::string> read_text(const std::string& path) {
   return std::string(reinterpret_cast<const char*>(file.data()), file.size);
 }
 
-Result<json> parse_json(const std::string& text, const std::string& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    return Status::Error(path + " is not valid JSON: " + e.what());
-  }
-}
-
 // A file the model file embeds: required, and checked to be JSON now rather than when a
 // tokenizer first reads it from the converted file.
 Result<std::string> read_required_json_text(const std::string& dir, const std::string& name,
@@ -33,7 +26,8 @@ Result<std::string> read_required_json_text(const std::string& dir, const std::s
   std::error_code ec;
   if (!fs::exists(path, ec)) return Status::Error(dir + ": " + name + " is missing (" + why + ")");
   KUIPER_ASSIGN_OR_RETURN(std::string text, read_text(path));
-  if (!json::accept(text)) return Status::Error(path + " is not valid JSON");
+  Result<json> parsed = parse_json(text, path);
+  if (!parsed.ok()) return parsed.status();
   return text;
 }
 
@@ -57,6 +51,14 @@ Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
   }
   KUIPER_ASSIGN_OR_RETURN(std::string config_text, read_text(config_path));
   KUIPER_ASSIGN_OR_RETURN(ckpt.hf_config, parse_json(config_text, config_path));
+  // Quantized releases (FP8, AWQ, GPTQ, ...) say so here; their tensors are not plain weights.
+  const JsonReader root(ckpt.hf_config, config_path);
+  if (root.has("quantization_config")) {
+    KUIPER_ASSIGN_OR_RETURN(JsonReader q, root.at("quantization_config"));
+    KUIPER_ASSIGN_OR_RETURN(std::string method, q.get_string_or("quant_method", "unknown"));
+    return Status::Error(config_path + ": quantized checkpoints (quant_method " + method +
+                         ") are not supported yet; use the 16-bit (bf16) release");
+  }
   Result<ModelConfig> config = ModelConfig::from_hf(ckpt.hf_config);
   if (!config.ok()) return config.status().With(dir);
   ckpt.config = *config;

@@ -14,6 +14,8 @@
 
 #include <glog/logging.h>
 
+#include "kuiper/base/json_reader.h"
+
 namespace kuiper {
 
 using nlohmann::json;
@@ -94,35 +96,19 @@ Status check_tensor_table(const ModelConfig& config, const std::vector<TensorEnt
   return Status::Ok();
 }
 
-Result<TensorEntry> parse_entry(const json& j, size_t index) {
+Result<TensorEntry> parse_entry(const JsonReader& j) {
   TensorEntry e;
-  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) {
-    return Status::Error("tensor entry " + std::to_string(index) + " has no \"name\" string");
-  }
-  e.name = j["name"].get<std::string>();
-  const std::string what = "tensor " + quote_name(e.name) + ": ";
-  if (!j.contains("dtype") || !j["dtype"].is_string()) {
-    return Status::Error(what + "no \"dtype\" string");
-  }
-  Result<DataType> dtype = parse_dtype(j["dtype"].get<std::string>());
+  KUIPER_ASSIGN_OR_RETURN(e.name, j.get_string("name"));
+  KUIPER_ASSIGN_OR_RETURN(std::string dtype_text, j.get_string("dtype"));
+  Result<DataType> dtype = parse_dtype(dtype_text);
   if (!dtype.ok()) return dtype.status().With("tensor " + quote_name(e.name));
   e.dtype = *dtype;
-  if (!j.contains("shape") || !j["shape"].is_array()) {
-    return Status::Error(what + "no \"shape\" array");
-  }
-  for (const json& d : j["shape"]) {
-    if (!d.is_number_unsigned()) {
-      return Status::Error(what + "\"shape\" must hold non-negative integers, got " + d.dump());
-    }
-    e.shape.push_back(d.get<int64_t>());
-  }
-  for (const char* key : {"offset", "nbytes"}) {
-    if (!j.contains(key) || !j[key].is_number_unsigned()) {
-      return Status::Error(what + "no non-negative integer \"" + key + "\"");
-    }
-  }
-  e.offset = j["offset"].get<uint64_t>();
-  e.nbytes = j["nbytes"].get<uint64_t>();
+  KUIPER_ASSIGN_OR_RETURN(JsonReader shape, j.at("shape"));
+  KUIPER_ASSIGN_OR_RETURN(e.shape, shape.to_int_list(0, JsonReader::kIntMax));
+  KUIPER_ASSIGN_OR_RETURN(JsonReader offset, j.at("offset"));
+  KUIPER_ASSIGN_OR_RETURN(e.offset, offset.to_uint64());
+  KUIPER_ASSIGN_OR_RETURN(JsonReader nbytes, j.at("nbytes"));
+  KUIPER_ASSIGN_OR_RETURN(e.nbytes, nbytes.to_uint64());
   return e;
 }
 
@@ -264,11 +250,8 @@ Result<std::shared_ptr<ModelFile>> ModelFile::open(const std::string& path) {
   mf->file_size_ = size;
   mf->data_offset_ = align_up(kHeaderSize + metadata_len);
   const char* meta_begin = reinterpret_cast<const char*>(bytes + kHeaderSize);
-  try {
-    mf->metadata_ = json::parse(meta_begin, meta_begin + metadata_len);
-  } catch (const json::parse_error& e) {
-    return fail(std::string("metadata is not valid JSON: ") + e.what());
-  }
+  KUIPER_ASSIGN_OR_RETURN(mf->metadata_, parse_json(std::string_view(meta_begin, metadata_len),
+                                                    path + ": metadata"));
   const json& meta = mf->metadata_;
   if (!meta.is_object()) return fail("metadata is not a JSON object");
   if (!meta.contains("architecture") || !meta["architecture"].is_string()) {
@@ -295,9 +278,10 @@ Result<std::shared_ptr<ModelFile>> ModelFile::open(const std::string& path) {
                 architecture_name(mf->config_.arch) + "'");
   }
 
-  const json& table = meta["tensors"];
-  for (size_t i = 0; i < table.size(); ++i) {
-    Result<TensorEntry> entry = parse_entry(table[i], i);
+  KUIPER_ASSIGN_OR_RETURN(JsonReader tensors, JsonReader(meta, "metadata").at("tensors"));
+  KUIPER_ASSIGN_OR_RETURN(std::vector<JsonReader> table, tensors.elements());
+  for (const JsonReader& row : table) {
+    Result<TensorEntry> entry = parse_entry(row);
     if (!entry.ok()) return entry.status().With(path);
     mf->tensors_.push_back(std::move(*entry));
   }

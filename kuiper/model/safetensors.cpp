@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kuiper/base/json_reader.h"
+
 namespace kuiper {
 
 using nlohmann::json;
@@ -29,43 +31,41 @@ uint64_t load_le64(const uint8_t* p) {
   return v;
 }
 
-Result<SafetensorsTensor> parse_header_entry(const std::string& name, const json& j,
+Result<SafetensorsTensor> parse_header_entry(const std::string& name, const json& entry,
                                              const uint8_t* data, uint64_t data_size,
                                              uint64_t data_start) {
   SafetensorsTensor t;
   t.name = name;
+  const JsonReader j(entry, "tensor '" + name + "'");
   const std::string what = "tensor '" + name + "': ";
-  if (!j.is_object() || !j.contains("dtype") || !j["dtype"].is_string()) {
-    return Status::Error(what + "no \"dtype\" string");
-  }
-  KUIPER_ASSIGN_OR_RETURN(t.dtype, parse_safetensors_dtype(j["dtype"].get<std::string>(), name));
-  if (!j.contains("shape") || !j["shape"].is_array()) {
-    return Status::Error(what + "no \"shape\" array");
-  }
+  KUIPER_ASSIGN_OR_RETURN(std::string dtype, j.get_string("dtype"));
+  KUIPER_ASSIGN_OR_RETURN(t.dtype, parse_safetensors_dtype(dtype, t.name));
+  KUIPER_ASSIGN_OR_RETURN(JsonReader shape, j.at("shape"));
+  KUIPER_ASSIGN_OR_RETURN(t.shape, shape.to_int_list(0, JsonReader::kIntMax));
   uint64_t expected = dtype_size(t.dtype);
-  for (const json& d : j["shape"]) {
-    if (!d.is_number_unsigned() ||
-        __builtin_mul_overflow(expected, d.get<uint64_t>(), &expected)) {
-      return Status::Error(what + "impossible shape " + j["shape"].dump());
+  for (int64_t d : t.shape) {
+    if (__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected)) {
+      return Status::Error(what + "impossible shape " + shape.json().dump());
     }
-    t.shape.push_back(d.get<int64_t>());
   }
-  const json* offsets = j.contains("data_offsets") ? &j["data_offsets"] : nullptr;
-  if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2 ||
-      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+  KUIPER_ASSIGN_OR_RETURN(JsonReader offsets, j.at("data_offsets"));
+  KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> span, offsets.to_int_list(0, JsonReader::kIntMax));
+  if (span.size() != 2) {
     return Status::Error(what + "\"data_offsets\" must be two non-negative integers");
   }
-  const uint64_t begin = (*offsets)[0].get<uint64_t>(), end = (*offsets)[1].get<uint64_t>();
-  if (begin > end) return Status::Error(what + "data_offsets " + offsets->dump() + " are reversed");
+  const uint64_t begin = static_cast<uint64_t>(span[0]), end = static_cast<uint64_t>(span[1]);
+  if (begin > end) {
+    return Status::Error(what + "data_offsets " + offsets.json().dump() + " are reversed");
+  }
   if (end > data_size) {
-    return Status::Error("truncated: tensor '" + name + "' ends at byte " +
+    return Status::Error("truncated: tensor '" + t.name + "' ends at byte " +
                          std::to_string(data_start + end) + " but the file has " +
                          std::to_string(data_start + data_size) + " bytes");
   }
   if (end - begin != expected) {
     return Status::Error(what + "data_offsets span " + std::to_string(end - begin) +
-                         " bytes but " + j["dtype"].get<std::string>() + j["shape"].dump() +
-                         " needs " + std::to_string(expected));
+                         " bytes but " + dtype + shape.json().dump() + " needs " +
+                         std::to_string(expected));
   }
   t.data = data + begin;
   t.nbytes = expected;
@@ -74,12 +74,7 @@ Result<SafetensorsTensor> parse_header_entry(const std::string& name, const json
 
 Result<json> read_json_file(const std::string& path) {
   KUIPER_ASSIGN_OR_RETURN(MappedFile file, map_file(path));
-  const char* text = reinterpret_cast<const char*>(file.data());
-  try {
-    return json::parse(text, text + file.size);
-  } catch (const json::parse_error& e) {
-    return Status::Error(path + " is not valid JSON: " + e.what());
-  }
+  return parse_json(std::string_view(reinterpret_cast<const char*>(file.data()), file.size), path);
 }
 
 }  // namespace
@@ -100,12 +95,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
                 " bytes but the file has " + std::to_string(size) + " bytes");
   }
   const char* header = reinterpret_cast<const char*>(f.file_.data() + 8);
-  json j;
-  try {
-    j = json::parse(header, header + header_len);
-  } catch (const json::parse_error& e) {
-    return fail(std::string("header is not valid JSON: ") + e.what());
-  }
+  KUIPER_ASSIGN_OR_RETURN(json j, parse_json(std::string_view(header, header_len),
+                                             path + ": header"));
   if (!j.is_object()) return fail("header is not a JSON object");
   const uint64_t data_start = 8 + header_len;
   for (const auto& [name, entry] : j.items()) {

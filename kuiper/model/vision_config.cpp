@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kuiper/base/json_reader.h"
+
 namespace kuiper {
 
 using nlohmann::json;
@@ -54,52 +56,53 @@ json VisionConfig::to_json() const {
               {"layer_norm_eps", layer_norm_eps}};
 }
 
-Result<VisionConfig> VisionConfig::from_json(const json& j) {
+namespace {
+
+// The fields both readers share, required in the model file and with Hugging Face's defaults in
+// config.json (`hf`), each read within the limits below.
+Result<VisionConfig> read_vision(const JsonReader& v, bool hf) {
+  constexpr int64_t kMaxSize = int64_t{1} << 17, kMaxCount = 1024, kMaxPositions = 1 << 20;
+  auto size = [&](const std::string& key, int64_t fallback, int64_t limit) {
+    return hf && fallback > 0 ? v.get_int_or(key, fallback, 1, limit) : v.get_int(key, 1, limit);
+  };
   VisionConfig c;
-  try {
-    c.depth = j.at("depth").get<int64_t>();
-    c.hidden_size = j.at("hidden_size").get<int64_t>();
-    c.intermediate_size = j.at("intermediate_size").get<int64_t>();
-    c.num_heads = j.at("num_heads").get<int64_t>();
-    c.in_channels = j.at("in_channels").get<int64_t>();
-    c.patch_size = j.at("patch_size").get<int64_t>();
-    c.temporal_patch_size = j.at("temporal_patch_size").get<int64_t>();
-    c.spatial_merge_size = j.at("spatial_merge_size").get<int64_t>();
-    c.num_position_embeddings = j.at("num_position_embeddings").get<int64_t>();
-    c.out_hidden_size = j.at("out_hidden_size").get<int64_t>();
-    c.deepstack_visual_indexes = j.at("deepstack_visual_indexes").get<std::vector<int64_t>>();
-    c.layer_norm_eps = j.at("layer_norm_eps").get<double>();
-  } catch (const json::exception& e) {
-    return Status::Error(std::string("vision config: ") + e.what());
+  KUIPER_ASSIGN_OR_RETURN(c.depth, size("depth", 0, kMaxCount));
+  KUIPER_ASSIGN_OR_RETURN(c.hidden_size, size("hidden_size", 0, kMaxSize));
+  KUIPER_ASSIGN_OR_RETURN(c.intermediate_size, size("intermediate_size", 0, kMaxSize));
+  KUIPER_ASSIGN_OR_RETURN(c.num_heads, size("num_heads", 0, kMaxCount));
+  KUIPER_ASSIGN_OR_RETURN(c.in_channels, size("in_channels", 3, kMaxCount));
+  KUIPER_ASSIGN_OR_RETURN(c.patch_size, size("patch_size", 16, kMaxCount));
+  KUIPER_ASSIGN_OR_RETURN(c.temporal_patch_size, size("temporal_patch_size", 2, kMaxCount));
+  KUIPER_ASSIGN_OR_RETURN(c.spatial_merge_size, size("spatial_merge_size", 2, kMaxCount));
+  KUIPER_ASSIGN_OR_RETURN(c.num_position_embeddings,
+                          size("num_position_embeddings", 0, kMaxPositions));
+  KUIPER_ASSIGN_OR_RETURN(c.out_hidden_size, size("out_hidden_size", 0, kMaxSize));
+  if (!hf || v.has("deepstack_visual_indexes")) {
+    KUIPER_ASSIGN_OR_RETURN(JsonReader indexes, v.at("deepstack_visual_indexes"));
+    KUIPER_ASSIGN_OR_RETURN(c.deepstack_visual_indexes, indexes.to_int_list());
   }
+  return c;
+}
+
+}  // namespace
+
+Result<VisionConfig> VisionConfig::from_json(const json& j) {
+  const JsonReader v(j, "vision config");
+  KUIPER_ASSIGN_OR_RETURN(VisionConfig c, read_vision(v, false));
+  KUIPER_ASSIGN_OR_RETURN(c.layer_norm_eps, v.get_double("layer_norm_eps"));
   KUIPER_RETURN_IF_ERROR(c.validate());
   return c;
 }
 
-Result<VisionConfig> VisionConfig::from_hf(const json& v) {
-  if (!v.is_object()) return Status::Error("config.json: vision_config is not an object");
-  VisionConfig c;
-  try {
-    const std::string act = v.value("hidden_act", "gelu_pytorch_tanh");
-    if (act != "gelu_pytorch_tanh") {
-      return Status::Error("vision_config: hidden_act '" + act +
-                           "' is not supported (expected gelu_pytorch_tanh)");
-    }
-    c.depth = v.at("depth").get<int64_t>();
-    c.hidden_size = v.at("hidden_size").get<int64_t>();
-    c.intermediate_size = v.at("intermediate_size").get<int64_t>();
-    c.num_heads = v.at("num_heads").get<int64_t>();
-    c.in_channels = v.value("in_channels", int64_t{3});
-    c.patch_size = v.value("patch_size", int64_t{16});
-    c.temporal_patch_size = v.value("temporal_patch_size", int64_t{2});
-    c.spatial_merge_size = v.value("spatial_merge_size", int64_t{2});
-    c.num_position_embeddings = v.at("num_position_embeddings").get<int64_t>();
-    c.out_hidden_size = v.at("out_hidden_size").get<int64_t>();
-    c.deepstack_visual_indexes =
-        v.value("deepstack_visual_indexes", std::vector<int64_t>{});
-  } catch (const json::exception& e) {
-    return Status::Error(std::string("config.json vision_config: ") + e.what());
+Result<VisionConfig> VisionConfig::from_hf(const json& j) {
+  if (!j.is_object()) return Status::Error("config.json: vision_config is not an object");
+  const JsonReader v(j, "config.json: vision_config");
+  KUIPER_ASSIGN_OR_RETURN(std::string act, v.get_string_or("hidden_act", "gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh") {
+    return Status::Error("vision_config: hidden_act '" + act +
+                         "' is not supported (expected gelu_pytorch_tanh)");
   }
+  KUIPER_ASSIGN_OR_RETURN(VisionConfig c, read_vision(v, true));
   KUIPER_RETURN_IF_ERROR(c.validate());
   return c;
 }

@@ -24,6 +24,10 @@ struct TokenizerSpec {
   std::vector<AddedToken> added_tokens;
 };
 
+// Token ids are below this (16.7M, a hundred times Qwen's vocabulary): the tokenizer's id table
+// is sized by the largest id, so a larger one is refused rather than allocated.
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 Result<TokenizerSpec> parse_tokenizer_json(const std::string& text);
 
 }  // namespace kuiper

@@ -75,6 +75,23 @@ Status check_png_structure(const uint8_t* data, size_t size, const std::string& 
   }
 }
 
+// A DHT segment's tables: each a class/index byte, 16 code counts, then as many symbols, at most
+// 256 (the JPEG limit). Checked before any decoder builds the tables: stb_image's builder (Debian's
+// 2022 copy) writes out of bounds when the counts pass 256.
+Status check_huffman_tables(const uint8_t* p, size_t n, const std::string& name) {
+  while (n > 0) {
+    if (n < 17) return Status::Error(name + ": corrupt JPEG (bad Huffman table)");
+    size_t symbols = 0;
+    for (int i = 1; i <= 16; ++i) symbols += p[i];
+    if (symbols > 256 || n - 17 < symbols) {
+      return Status::Error(name + ": corrupt JPEG (bad Huffman table)");
+    }
+    p += 17 + symbols;
+    n -= 17 + symbols;
+  }
+  return Status::Ok();
+}
+
 // Walks the JPEG's marker segments to its first scan, reading the frame size on the way, then
 // requires an EOI marker after it (stb_image decodes a cut-off scan as if the rest were zeros).
 // Inside entropy-coded data a 0xFF byte is always followed by 0x00 or a restart marker, so FF D9
@@ -94,6 +111,7 @@ Status check_jpeg_structure(const uint8_t* data, size_t size, const std::string&
     const size_t length = read_be16(data + pos);
     if (length < 2) return Status::Error(name + ": corrupt JPEG (bad segment length)");
     if (size - pos < length) return Status::Error(truncated);
+    if (marker == 0xC4) KUIPER_RETURN_IF_ERROR(check_huffman_tables(data + pos + 2, length - 2, name));
     const bool frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
                        marker != 0xCC;
     if (frame && length >= 7) {
@@ -191,12 +209,13 @@ struct JpegErrors {
 
 void jpeg_ignore_message(j_common_ptr, int) {}
 
-enum class JpegDecode { kOk, kError, kCmyk };
+enum class JpegDecode { kOk, kError, kCmyk, kTooLarge };
 
 // Decodes a JPEG into RGB8 with libjpeg and the settings PIL decodes with (its defaults: the
 // accurate integer IDCT, fancy upsampling, YCbCr or gray converted to RGB by libjpeg), so the
-// pixels are PIL's. CMYK / YCCK files are left to the caller. Only plain C objects live between
-// the setjmp and a longjmp to it.
+// pixels are PIL's. The header is libjpeg's too: `image` gets its size before anything is
+// allocated, and one past kMaxImagePixels or in CMYK / YCCK is left to the caller. Only plain C
+// objects live between the setjmp and a longjmp to it.
 JpegDecode decode_jpeg(const uint8_t* data, size_t size, Image* image, std::string* message) {
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
@@ -211,9 +230,12 @@ JpegDecode decode_jpeg(const uint8_t* data, size_t size, Image* image, std::stri
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+  image->width = cinfo.image_width;
+  image->height = cinfo.image_height;
+  const bool too_large = image->width * image->height > kMaxImagePixels;
+  if (too_large || cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
-    return JpegDecode::kCmyk;
+    return too_large ? JpegDecode::kTooLarge : JpegDecode::kCmyk;
   }
   cinfo.out_color_space = JCS_RGB;
   cinfo.dct_method = JDCT_ISLOW;
@@ -245,6 +267,23 @@ Result<Image> decode_image(const uint8_t* data, size_t size, const std::string& 
     return Status::Error(name + ": not a PNG or JPEG image");
   }
   if (size > static_cast<size_t>(INT_MAX)) return Status::Error(name + ": file too large (over 2 GiB)");
+  auto too_large = [&name](int64_t width, int64_t height) {
+    return Status::Error(name + ": image of " + std::to_string(width) + "x" + std::to_string(height) +
+                         " pixels is larger than the limit of " + std::to_string(kMaxImagePixels) +
+                         " pixels");
+  };
+  // JPEG headers are read by libjpeg, never by stb_image's header reader.
+  if (is_jpeg(data, size)) {
+    Image image;
+    std::string message;
+    switch (decode_jpeg(data, size, &image, &message)) {
+      case JpegDecode::kOk: return apply_orientation(image, jpeg_orientation(data, size));
+      case JpegDecode::kError: return Status::Error(name + ": cannot decode the image (" + message + ")");
+      case JpegDecode::kTooLarge: return too_large(image.width, image.height);
+      case JpegDecode::kCmyk: break;  // stb_image converts CMYK (libjpeg does not)
+    }
+  }
+  // PNG, or a CMYK JPEG whose structure and Huffman tables were checked above.
   const int len = static_cast<int>(size);
   int width = 0, height = 0, channels = 0;
   if (!stbi_info_from_memory(data, len, &width, &height, &channels)) {
@@ -254,20 +293,7 @@ Result<Image> decode_image(const uint8_t* data, size_t size, const std::string& 
     return Status::Error(name + ": zero-sized image (" + std::to_string(width) + "x" +
                          std::to_string(height) + ")");
   }
-  if (int64_t(width) * height > kMaxImagePixels) {
-    return Status::Error(name + ": image of " + std::to_string(width) + "x" + std::to_string(height) +
-                         " pixels is larger than the limit of " + std::to_string(kMaxImagePixels) +
-                         " pixels");
-  }
-  if (is_jpeg(data, size)) {
-    Image image;
-    std::string message;
-    switch (decode_jpeg(data, size, &image, &message)) {
-      case JpegDecode::kOk: return apply_orientation(image, jpeg_orientation(data, size));
-      case JpegDecode::kError: return Status::Error(name + ": cannot decode the image (" + message + ")");
-      case JpegDecode::kCmyk: break;  // stb_image converts CMYK (libjpeg does not)
-    }
-  }
+  if (int64_t(width) * height > kMaxImagePixels) return too_large(width, height);
   stbi_uc* pixels = stbi_load_from_memory(data, len, &width, &height, &channels, 3);
   if (pixels == nullptr) {
     return Status::Error(name + ": cannot decode the image (" + stbi_failure_reason() + ")");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kuiper/base/json_reader.h"
+
 namespace kuiper {
 
 namespace {
@@ -143,18 +145,15 @@ Status read_bool(const nlohmann::json& j, const char* key, bool* out) {
 Status read_int(const nlohmann::json& j, const char* key, int64_t* out) {
   if (!present(j, key)) return Status::Ok();
   const nlohmann::json& v = j.at(key);
-  if (v.is_number_integer()) {
-    *out = v.get<int64_t>();
-    return Status::Ok();
-  }
-  if (v.is_number_float()) {
+  if (v.is_number_float()) {  // an integral float (12845056.0) is the integer, as Python's int()
     const double d = v.get<double>();
     if (std::floor(d) == d && std::fabs(d) < 9.0e15) {
       *out = static_cast<int64_t>(d);
       return Status::Ok();
     }
   }
-  return Status::Error(std::string("\"") + key + "\" must be an integer");
+  KUIPER_ASSIGN_OR_RETURN(*out, JsonReader(v, std::string("\"") + key + "\"").to_int());
+  return Status::Ok();
 }
 
 Status read_triple(const nlohmann::json& j, const char* key, std::array<double, 3>* out) {
@@ -218,8 +217,16 @@ Status parse_config(const nlohmann::json& j, ImageProcessorConfig* c) {
 // ---- configuration ----
 
 Status ImageProcessorConfig::validate() const {
-  if (patch_size <= 0 || temporal_patch_size <= 0 || merge_size <= 0) {
-    return Status::Error("patch_size, temporal_patch_size and merge_size must be positive");
+  // Bounded, so factor() squared and the pixel counts below cannot overflow.
+  constexpr int64_t kMaxPatch = 1024, kMaxPixels = int64_t{1} << 40;
+  if (patch_size <= 0 || temporal_patch_size <= 0 || merge_size <= 0 || patch_size > kMaxPatch ||
+      temporal_patch_size > kMaxPatch || merge_size > kMaxPatch) {
+    return Status::Error("patch_size, temporal_patch_size and merge_size must be in [1, " +
+                         std::to_string(kMaxPatch) + "]");
+  }
+  if (max_pixels > kMaxPixels) {
+    return Status::Error("size.longest_edge (max_pixels) " + std::to_string(max_pixels) +
+                         " is beyond the limit " + std::to_string(kMaxPixels));
   }
   if (min_pixels < 0 || max_pixels <= 0 || min_pixels > max_pixels) {
     return Status::Error("need 0 <= size.shortest_edge (min_pixels) <= size.longest_edge (max_pixels), got " +

@@ -1,5 +1,5 @@
 // Test checkpoints: Hugging Face directories written from the deterministic weight recipe of
-// shared/fixtures/detweights.py (ported here so tests need no Python), scratch directories, and
+// test/data/fixtures/detweights.py (ported here so tests need no Python), scratch directories, and
 // converted fixture model files shared by the golden tests.
 #pragma once
 

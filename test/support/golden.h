@@ -28,7 +28,7 @@ class Golden {
   std::map<std::string, GoldenTensor> tensors_;
 };
 
-// The shared fixtures' chat.greedy does not follow from their chat.ids (transformers itself
+// The fixtures' chat.greedy does not follow from their chat.ids (transformers itself
 // continues those ids differently); the continuation it does produce, recorded in
 // test/data/fixture_chat_greedy.json, stands in for it. The test fails if it is missing.
 std::vector<int32_t> recorded_chat_greedy(const std::string& fixture);

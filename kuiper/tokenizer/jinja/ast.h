@@ -44,6 +44,9 @@ struct Expr {
   };
 
   Expr(Kind k, SourcePos p) : kind(k), pos(p) {}
+  ~Expr();
+  Expr(const Expr&) = delete;
+  Expr& operator=(const Expr&) = delete;
 
   Kind kind;
   SourcePos pos;
@@ -55,6 +58,23 @@ struct Expr {
   bool negated = false;   // kTest: "is not"
   bool is_index = false;  // kGetAttr: obj.0 means obj[0]
 };
+
+// Iterative: a long operator chain (a ~ b ~ c ~ ...) is a tree as deep as the chain is long,
+// which must not cost a stack frame per level to free.
+inline Expr::~Expr() {
+  std::vector<ExprPtr> pending;
+  auto take_children = [&pending](Expr& e) {
+    for (ExprPtr& child : e.operands) pending.push_back(std::move(child));
+    for (ExprPtr& child : e.arguments.positional) pending.push_back(std::move(child));
+    for (auto& named : e.arguments.named) pending.push_back(std::move(named.second));
+  };
+  take_children(*this);
+  while (!pending.empty()) {
+    ExprPtr e = std::move(pending.back());
+    pending.pop_back();
+    if (e != nullptr) take_children(*e);
+  }
+}
 
 struct Node;
 using Body = std::vector<Node>;

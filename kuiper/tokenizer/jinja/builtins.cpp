@@ -34,7 +34,9 @@ Result<std::vector<Value>> bind(const std::string& callee, const Arguments& args
   std::vector<std::optional<Value>> bound(params.size());
   for (size_t i = 0; i < args.positional.size(); ++i) bound[i] = args.positional[i];
   for (const auto& [name, value] : args.named) {
-    const auto it = std::find_if(params.begin(), params.end(), [&](const Param& p) { return name == p.name; });
+    // A lambda may not capture a structured binding before C++20: capture a plain reference.
+    const std::string& key = name;
+    const auto it = std::find_if(params.begin(), params.end(), [&key](const Param& p) { return key == p.name; });
     if (it == params.end()) return Status::Error(callee + "() got an unexpected keyword argument '" + name + "'");
     const size_t index = static_cast<size_t>(it - params.begin());
     if (bound[index].has_value()) return Status::Error(callee + "() got multiple values for argument '" + name + "'");
@@ -296,13 +298,32 @@ Result<Value> filter_capitalize(const Value& input, const Arguments& args) {
   return Value::data(text::capitalize(to_string(input)));
 }
 
+// str.replace, refused before it runs when the result would pass kMaxStringBytes.
+Result<Value> checked_replace(const std::string& text, const std::string& old_part, const std::string& new_part,
+                              int64_t count) {
+  uint64_t found = 0;
+  if (old_part.empty()) {
+    found = text.size() + 1;  // at most: before every character and at the end
+  } else {
+    for (size_t at = text.find(old_part); at != std::string::npos; at = text.find(old_part, at + old_part.size())) {
+      ++found;
+    }
+  }
+  if (count >= 0) found = std::min<uint64_t>(found, static_cast<uint64_t>(count));
+  if (new_part.size() > old_part.size() &&
+      found > (kMaxStringBytes - std::min(text.size(), kMaxStringBytes)) / (new_part.size() - old_part.size())) {
+    return Status::Error("replace() would pass " + std::to_string(kMaxStringBytes) + " bytes");
+  }
+  return Value::data(text::replace(text, old_part, new_part, count));
+}
+
 Result<Value> filter_replace(const Value& input, const Arguments& args) {
   KUIPER_ASSIGN_OR_RETURN(auto p, bind("replace", args, {required("old"), required("new"), optional("count", none())}));
   int64_t count = -1;
   if (!is_none(p[2])) {
     KUIPER_ASSIGN_OR_RETURN(count, want_int("replace", p[2]));
   }
-  return Value::data(text::replace(to_string(input), to_string(p[0]), to_string(p[1]), count));
+  return checked_replace(to_string(input), to_string(p[0]), to_string(p[1]), count);
 }
 
 Result<Value> filter_reverse(const Value& input, const Arguments& args) {
@@ -554,7 +575,7 @@ Result<Value> call_string_method(const std::string& s, const std::string& method
     KUIPER_ASSIGN_OR_RETURN(const std::string old_part, want_string(method, p[0]));
     KUIPER_ASSIGN_OR_RETURN(const std::string new_part, want_string(method, p[1]));
     KUIPER_ASSIGN_OR_RETURN(const int64_t count, want_int(method, p[2]));
-    return Value::data(text::replace(s, old_part, new_part, count));
+    return checked_replace(s, old_part, new_part, count);
   }
   KUIPER_RETURN_IF_ERROR(no_arguments(method, args));
   if (method == "upper") return Value::data(text::upper(s));

@@ -28,6 +28,24 @@ enum class Flow { kNormal, kBreak, kContinue };
 // Deep enough for any real template, shallow enough that runaway recursion fails cleanly
 // instead of overflowing the stack.
 constexpr int kMaxMacroDepth = 200;
+// Nested statements and expressions being run at once (macro calls included): a chat template
+// needs a few dozen; a few hundred frames fit any thread's stack.
+constexpr int kMaxDepth = 400;
+// Loop iterations in one render, all loops together: a conversation of a million messages, but
+// not nested range(100000) loops.
+constexpr int64_t kMaxLoopSteps = int64_t{1} << 20;
+
+// Counts one level of nesting for as long as it lives.
+class Nesting {
+ public:
+  explicit Nesting(int& depth) : depth_(depth) { ++depth_; }
+  ~Nesting() { --depth_; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+
+ private:
+  int& depth_;
+};
 
 Status error_at(SourcePos pos, const std::string& message) { return Status::Error(describe(pos) + ": " + message); }
 
@@ -77,14 +95,28 @@ class Interpreter {
   }
 
  private:
+  Status too_deep(SourcePos pos) const {
+    return error_at(pos, "template nested deeper than " + std::to_string(kMaxDepth) + " levels");
+  }
+
+  Status append(SourcePos pos, const std::string& text, std::string* out) const {
+    if (text.size() > kMaxStringBytes - out->size()) {
+      return error_at(pos, "template output passes " + std::to_string(kMaxStringBytes) + " bytes");
+    }
+    *out += text;
+    return Status::Ok();
+  }
+
   Result<Flow> exec(const Node& node, const std::shared_ptr<Scope>& scope, std::string* out) {
+    const Nesting nesting(depth_);
+    if (depth_ > kMaxDepth) return too_deep(node.pos);
     switch (node.kind) {
       case Node::Kind::kText:
-        *out += node.text;
+        KUIPER_RETURN_IF_ERROR(append(node.pos, node.text, out));
         return Flow::kNormal;
       case Node::Kind::kOutput: {
         KUIPER_ASSIGN_OR_RETURN(const Value value, eval(*node.expr, *scope));
-        *out += to_string(value);
+        KUIPER_RETURN_IF_ERROR(append(node.pos, to_string(value), out));
         return Flow::kNormal;
       }
       case Node::Kind::kIf:
@@ -123,6 +155,13 @@ class Interpreter {
     return Status::Ok();
   }
 
+  Status count_loop_step(SourcePos pos) {
+    if (++loop_steps_ > kMaxLoopSteps) {
+      return error_at(pos, "loops ran more than " + std::to_string(kMaxLoopSteps) + " iterations");
+    }
+    return Status::Ok();
+  }
+
   Result<Flow> exec_for(const Node& node, const std::shared_ptr<Scope>& scope, std::string* out) {
     KUIPER_ASSIGN_OR_RETURN(const Value iterable, eval(*node.expr, *scope));
     KUIPER_ASSIGN_OR_RETURN(std::vector<Value> items, located(node.expr->pos, iterate(iterable)));
@@ -131,6 +170,7 @@ class Interpreter {
       // the kept items.
       std::vector<Value> kept;
       for (const Value& item : items) {
+        KUIPER_RETURN_IF_ERROR(count_loop_step(node.pos));
         auto probe = child_of(scope);
         KUIPER_RETURN_IF_ERROR(bind_targets(node, item, probe.get()));
         KUIPER_ASSIGN_OR_RETURN(const Value keep, eval(*node.filter, *probe));
@@ -141,6 +181,7 @@ class Interpreter {
     if (items.empty()) return exec_body(node.else_body, scope, out);
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      KUIPER_RETURN_IF_ERROR(count_loop_step(node.pos));
       // A fresh scope per iteration: a {% set %} in the body does not survive into the next
       // iteration or after the loop (which is why templates use namespace()).
       auto iteration = child_of(scope);
@@ -210,7 +251,17 @@ class Interpreter {
     return std::optional<int64_t>(v.integer());
   }
 
+  // Every value an expression makes is checked against the size limits.
   Result<Value> eval(const Expr& e, const Scope& scope) {
+    const Nesting nesting(depth_);
+    if (depth_ > kMaxDepth) return too_deep(e.pos);
+    KUIPER_ASSIGN_OR_RETURN(Value v, eval_node(e, scope));
+    const Status size = check_size(v);
+    if (!size.ok()) return error_at(e.pos, size.message());
+    return v;
+  }
+
+  Result<Value> eval_node(const Expr& e, const Scope& scope) {
     switch (e.kind) {
       case Expr::Kind::kLiteral: return Value::data(e.literal);
       case Expr::Kind::kName: {
@@ -302,7 +353,11 @@ class Interpreter {
     if (e.name == "or" && truthy(left)) return left;
     KUIPER_ASSIGN_OR_RETURN(Value right, eval(*e.operands[1], scope));
     if (e.name == "and" || e.name == "or") return right;
-    if (e.name == "~") return Value::data(to_string(left) + to_string(right));
+    if (e.name == "~") {
+      std::string joined = to_string(left);
+      KUIPER_RETURN_IF_ERROR(append(e.pos, to_string(right), &joined));
+      return Value::data(std::move(joined));
+    }
     return located(e.pos, arithmetic(e.name, left, right));
   }
 
@@ -372,6 +427,8 @@ class Interpreter {
   }
 
   int call_depth_ = 0;
+  int depth_ = 0;
+  int64_t loop_steps_ = 0;
 };
 
 }  // namespace

@@ -35,6 +35,10 @@ std::string join_alternatives(const std::vector<std::string>& names) {
 
 ExprPtr make(Expr::Kind kind, SourcePos pos) { return std::make_unique<Expr>(kind, pos); }
 
+// Blocks and parenthesised or unary expressions nested deeper than this are refused: real
+// templates nest a dozen levels, and the parser recurses once per level.
+constexpr int kMaxNesting = 100;
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
@@ -61,6 +65,24 @@ class Parser {
     return fail(cur(), "expected " + expected + ", found " + describe(cur()));
   }
 
+  // One level of recursion, refused past kMaxNesting; `leave()` must follow a successful enter.
+  Status enter() {
+    if (++nesting_ > kMaxNesting) {
+      --nesting_;
+      return fail(cur(), "nested deeper than " + std::to_string(kMaxNesting) + " levels");
+    }
+    return Status::Ok();
+  }
+  void leave() { --nesting_; }
+  // f() one nesting level down.
+  template <typename F>
+  auto nested(F f) -> decltype(f()) {
+    KUIPER_RETURN_IF_ERROR(enter());
+    auto result = f();
+    leave();
+    return result;
+  }
+
   Status expect_op(const char* op) {
     if (!at_op(op)) return unexpected(in_quotes(op));
     advance();
@@ -81,6 +103,10 @@ class Parser {
   // Statements until one of `end_tags` opens a block; returns with cur() on that tag's name.
   // `opener` is the tag the body belongs to, named when its end never comes.
   Result<Body> parse_body(const std::vector<std::string>& end_tags, const Token* opener) {
+    return nested([&] { return parse_statements(end_tags, opener); });
+  }
+
+  Result<Body> parse_statements(const std::vector<std::string>& end_tags, const Token* opener) {
     Body body;
     while (true) {
       const Token& t = cur();
@@ -276,6 +302,10 @@ class Parser {
   // Expressions, lowest precedence first, as in Jinja's parser.
 
   Result<ExprPtr> parse_expression() {
+    return nested([&] { return parse_conditional(); });
+  }
+
+  Result<ExprPtr> parse_conditional() {
     const SourcePos pos = cur().pos;
     KUIPER_ASSIGN_OR_RETURN(ExprPtr expr, parse_or());
     while (at_name("if")) {
@@ -329,7 +359,7 @@ class Parser {
     if (!at_name("not")) return parse_compare();
     auto node = make(Expr::Kind::kNot, cur().pos);
     advance();
-    KUIPER_ASSIGN_OR_RETURN(ExprPtr operand, parse_not());
+    KUIPER_ASSIGN_OR_RETURN(ExprPtr operand, nested([&] { return parse_not(); }));
     node->operands.push_back(std::move(operand));
     return node;
   }
@@ -419,7 +449,7 @@ class Parser {
       node = make(Expr::Kind::kNegate, cur().pos);
       node->name = cur().text;
       advance();
-      KUIPER_ASSIGN_OR_RETURN(ExprPtr operand, parse_unary(false));
+      KUIPER_ASSIGN_OR_RETURN(ExprPtr operand, nested([&] { return parse_unary(false); }));
       node->operands.push_back(std::move(operand));
     } else {
       KUIPER_ASSIGN_OR_RETURN(node, parse_primary());
@@ -669,6 +699,7 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t i_ = 0;
+  int nesting_ = 0;
   int loop_depth_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "kuiper/tokenizer/jinja/text.h"
@@ -283,7 +284,14 @@ Status type_error(const std::string& op, const Value& a, const Value& b) {
   return Status::Error("unsupported operand types for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
-Value repeat(const Value& sequence, int64_t times) {
+Result<Value> repeat(const Value& sequence, int64_t times) {
+  if (times <= 0) return Value::data(sequence.is_string() ? Json("") : Json::array());
+  const size_t limit = sequence.is_string() ? kMaxStringBytes : kMaxListItems;
+  const size_t unit = sequence.is_string() ? sequence.string().size() : sequence.json().size();
+  if (unit > 0 && static_cast<uint64_t>(times) > limit / unit) {
+    return Status::Error("the result of * would pass " + std::to_string(limit) +
+                         (sequence.is_string() ? " bytes" : " items"));
+  }
   if (sequence.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += sequence.string();
@@ -294,6 +302,23 @@ Value repeat(const Value& sequence, int64_t times) {
     for (const Json& item : sequence.json()) out.push_back(item);
   }
   return Value::data(std::move(out));
+}
+
+Status integer_overflow(const std::string& op) {
+  return Status::Error("integer overflow in " + op + " (beyond 64 bits)");
+}
+
+// i ** j for j >= 0 by squaring: at most 64 steps, each checked.
+Result<int64_t> int_power(int64_t base, int64_t exponent) {
+  int64_t result = 1;
+  while (exponent > 0) {
+    if ((exponent & 1) != 0 && __builtin_mul_overflow(result, base, &result)) {
+      return integer_overflow("**");
+    }
+    exponent >>= 1;
+    if (exponent > 0 && __builtin_mul_overflow(base, base, &base)) return integer_overflow("**");
+  }
+  return result;
 }
 
 // Python's slice.indices: clamps start and stop for a sequence of `length`.
@@ -465,6 +490,16 @@ Result<bool> contains(const Value& container, const Value& item) {
   return Status::Error("argument of type '" + type_name(container) + "' is not iterable");
 }
 
+Status check_size(const Value& v) {
+  if (v.is_string() && v.string().size() > kMaxStringBytes) {
+    return Status::Error("a string passes " + std::to_string(kMaxStringBytes) + " bytes");
+  }
+  if (v.is_list() && v.json().size() > kMaxListItems) {
+    return Status::Error("a list passes " + std::to_string(kMaxListItems) + " items");
+  }
+  return Status::Ok();
+}
+
 Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) return undefined_error(a);
   if (b.is_undefined()) return undefined_error(b);
@@ -475,11 +510,15 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b) 
     if (is_int_like(x) && is_int_like(y) && op != "/") {
       const int64_t i = as_int(x);
       const int64_t j = as_int(y);
-      if (op == "+") return Value::data(i + j);
-      if (op == "-") return Value::data(i - j);
-      if (op == "*") return Value::data(i * j);
+      int64_t r = 0;
+      const bool overflow = (op == "+" && __builtin_add_overflow(i, j, &r)) ||
+                            (op == "-" && __builtin_sub_overflow(i, j, &r)) ||
+                            (op == "*" && __builtin_mul_overflow(i, j, &r));
+      if (overflow) return integer_overflow(op);
+      if (op == "+" || op == "-" || op == "*") return Value::data(r);
       if (op == "//" || op == "%") {
         if (j == 0) return Status::Error("integer division or modulo by zero");
+        if (i == std::numeric_limits<int64_t>::min() && j == -1) return integer_overflow(op);
         int64_t quotient = i / j;
         int64_t remainder = i % j;
         if (remainder != 0 && ((remainder < 0) != (j < 0))) {  // Python floors toward -infinity
@@ -490,9 +529,8 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b) 
       }
       if (op == "**") {
         if (j < 0) return Value::data(std::pow(static_cast<double>(i), static_cast<double>(j)));
-        int64_t result = 1;
-        for (int64_t k = 0; k < j; ++k) result *= i;
-        return Value::data(result);
+        KUIPER_ASSIGN_OR_RETURN(const int64_t power, int_power(i, j));
+        return Value::data(power);
       }
     }
     const double p = as_double(x);
@@ -510,8 +548,16 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b) 
       return Value::data(r);
     }
   }
-  if (op == "+" && x.is_string() && y.is_string()) return Value::data(a.string() + b.string());
+  if (op == "+" && x.is_string() && y.is_string()) {
+    if (a.string().size() + b.string().size() > kMaxStringBytes) {
+      return Status::Error("the result of + would pass " + std::to_string(kMaxStringBytes) + " bytes");
+    }
+    return Value::data(a.string() + b.string());
+  }
   if (op == "+" && x.is_array() && y.is_array()) {
+    if (x.size() + y.size() > kMaxListItems) {
+      return Status::Error("the result of + would pass " + std::to_string(kMaxListItems) + " items");
+    }
     Json joined = x;
     for (const Json& item : y) joined.push_back(item);
     return Value::data(std::move(joined));
@@ -529,7 +575,10 @@ Result<Value> negate(const std::string& sign, const Value& operand) {
     return Status::Error("bad operand type for unary " + sign + ": '" + type_name(operand) + "'");
   }
   const Json& j = operand.json();
-  if (is_int_like(j)) return Value::data(sign == "-" ? -as_int(j) : as_int(j));
+  if (is_int_like(j)) {
+    if (sign == "-" && as_int(j) == std::numeric_limits<int64_t>::min()) return integer_overflow("-");
+    return Value::data(sign == "-" ? -as_int(j) : as_int(j));
+  }
   return Value::data(sign == "-" ? -j.get<double>() : j.get<double>());
 }
 

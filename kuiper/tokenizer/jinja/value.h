@@ -98,7 +98,16 @@ bool equal(const Value& a, const Value& b);
 Result<bool> less(const Value& a, const Value& b);
 Result<bool> contains(const Value& container, const Value& item);  // item in container
 
-// + - * / // % ** on numbers, strings and lists, with Python's rules.
+// What one render may build, so a hostile template ('a' * 10000000000, a string doubled in a
+// loop) is a clear error instead of exhausting memory: far above any chat prompt.
+constexpr size_t kMaxStringBytes = size_t{16} << 20;  // one string, and the whole output
+constexpr size_t kMaxListItems = size_t{1} << 20;
+
+// Errors when a string or list built by the template passes the limits above.
+Status check_size(const Value& v);
+
+// + - * / // % ** on numbers, strings and lists, with Python's rules; an int64 overflow (Python
+// integers have none) and a result past the limits are errors.
 Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b);
 Result<Value> negate(const std::string& sign, const Value& operand);
 

@@ -1,0 +1,13 @@
+// config.json as Hugging Face publishes it, and the model file's own config object.
+#include "kuiper/base/json_reader.h"
+#include "kuiper/model/config.h"
+#include "test/fuzz/fuzz_input.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto json = kuiper::parse_json(kuiper::fuzz::as_text(data, size), "config.json");
+  if (!json.ok()) return 0;
+  auto config = kuiper::ModelConfig::from_hf(*json);
+  if (config.ok()) (void)kuiper::expected_tensors(*config);
+  (void)kuiper::ModelConfig::from_json(*json);
+  return 0;
+}
