@@ -22,22 +22,6 @@ Result<Architecture> parse_architecture(const std::string& name) {
   return Status::Error("unknown architecture '" + name + "'");
 }
 
-const char* attention_name(AttentionKind a) {
-  switch (a) {
-    case AttentionKind::kMha: return "mha";
-    case AttentionKind::kFlash1: return "flash1";
-    case AttentionKind::kFlash2: return "flash2";
-  }
-  return "?";
-}
-
-Result<AttentionKind> parse_attention(const std::string& name) {
-  for (AttentionKind a : {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
-    if (name == attention_name(a)) return a;
-  }
-  return Status::Error("unknown attention '" + name + "' (expected mha, flash1 or flash2)");
-}
-
 Status ModelConfig::validate() const {
   auto positive = [](int64_t v, const char* what) {
     return v > 0 ? Status::Ok()

@@ -19,11 +19,6 @@ enum class Architecture { kQwen2, kQwen3, kQwen3VL };
 const char* architecture_name(Architecture a);  // "qwen2", "qwen3", "qwen3_vl"
 Result<Architecture> parse_architecture(const std::string& name);
 
-// The attention algorithm chosen end to end (--attention): data, not scattered ifs.
-enum class AttentionKind { kMha, kFlash1, kFlash2 };
-const char* attention_name(AttentionKind a);  // "mha", "flash1", "flash2"
-Result<AttentionKind> parse_attention(const std::string& name);
-
 struct ModelConfig {
   Architecture arch = Architecture::kQwen3;
   int64_t vocab_size = 0;

@@ -11,6 +11,7 @@
 #include "kuiper/model/config.h"
 #include "kuiper/model/images.h"
 #include "kuiper/model/model_file.h"
+#include "kuiper/op/attention_kind.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper {

@@ -4,6 +4,26 @@
 
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
 
+namespace kuiper {
+
+const char* attention_name(AttentionKind a) {
+  switch (a) {
+    case AttentionKind::kMha: return "mha";
+    case AttentionKind::kFlash1: return "flash1";
+    case AttentionKind::kFlash2: return "flash2";
+  }
+  return "?";
+}
+
+Result<AttentionKind> parse_attention(const std::string& name) {
+  for (AttentionKind a : {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
+    if (name == attention_name(a)) return a;
+  }
+  return Status::Error("unknown attention '" + name + "' (expected mha, flash1 or flash2)");
+}
+
+}  // namespace kuiper
+
 namespace kuiper::op {
 
 Status check_attention_args(const AttentionArgs& a) {

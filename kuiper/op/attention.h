@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "kuiper/model/config.h"
+#include "kuiper/op/attention_kind.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper::op {

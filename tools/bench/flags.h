@@ -10,6 +10,7 @@
 
 #include "kuiper/base/status.h"
 #include "kuiper/model/config.h"
+#include "kuiper/op/attention_kind.h"
 
 DECLARE_string(config);
 DECLARE_string(model);
