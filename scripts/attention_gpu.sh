@@ -31,7 +31,7 @@ for shape in "4096 2048" "32768 8192"; do
     > "$LOGS/attention_$1.md" 2>&1
 done
 for s in ${SPLITS:-}; do
-  $bench --attention flash2 --cuda-graph --decode-splits "$s" --decode-kv-lens 4096,32768 \
+  $bench --attention flash2 --cuda-graph --decode-grid "$s" --decode-kv-lens 4096,32768 \
     > "$LOGS/splits_$s.md" 2>&1
 done
 if [ "${NCU:-0}" = 1 ]; then

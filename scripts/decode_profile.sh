@@ -31,9 +31,6 @@ if has test; then
 fi
 if has bench; then
   timeout 60 $bench $cfg --prompt 512 --gen 128 --cuda-graph --repeat 3 >> "$LOGS/bench.md" 2>&1
-  echo "### KUIPER_NO_PDL=1 (GEMVs launched without programmatic dependent launch)" >> "$LOGS/bench.md"
-  KUIPER_NO_PDL=1 timeout 60 $bench $cfg --prompt 512 --gen 128 --cuda-graph --repeat 3 \
-    >> "$LOGS/bench.md" 2>&1
   timeout 90 $bench $cfg --cuda-graph --contexts 512,8192 --gen 64 >> "$LOGS/bench.md" 2>&1
 fi
 if has prefill; then

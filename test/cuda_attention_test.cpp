@@ -1,5 +1,5 @@
-// The CUDA attention kernels (mha, flash1, flash2; prefill and decode; fp32 and fp16; graph-safe
-// decode) against the CPU reference on random inputs. Outputs are poisoned with NaN before each
+// The CUDA attention kernels (mha, flash1, flash2; prefill and decode; fp32 and fp16; decode
+// with a device position) against the CPU reference on random inputs. Outputs are poisoned with NaN before each
 // run and cache rows past the valid prefix hold NaN, so an unwritten output or a read beyond the
 // context fails the comparison.
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/attention.h"
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
-#include "kuiper/op/kernels/cuda/decode_partition.h"
+#include "kuiper/op/kernels/cuda/attention/decode_partition.h"
 #include "kuiper/op/ops.h"
 
 #ifdef KUIPER_WITH_CUDA
@@ -33,20 +33,20 @@ struct Case {
   AttentionKind kind;
   AttentionPhase phase;
   DataType dtype;
-  bool graph_safe;
+  bool device_position;
   int head_dim;
   int group;  // query heads per kv head
   int T;      // queries
   int start;  // position of the first query; the context is start + T keys
-  int splits = 0;  // decode: AttentionRequest::decode_splits (0: the kernel's choice)
+  int grid = 0;  // decode: AttentionRequest::decode_grid (0: the kernel's choice)
 };
 
 std::string case_label(const Case& c) {
   return std::string(attention_name(c.kind)) +
          (c.phase == AttentionPhase::kPrefill ? "_prefill_" : "_decode_") + dtype_name(c.dtype) +
-         (c.graph_safe ? "_gpupos" : "") + "_d" + std::to_string(c.head_dim) + "_g" +
+         (c.device_position ? "_devpos" : "") + "_d" + std::to_string(c.head_dim) + "_g" +
          std::to_string(c.group) + "_T" + std::to_string(c.T) + "_s" + std::to_string(c.start) +
-         (c.splits > 0 ? "_splits" + std::to_string(c.splits) : "");
+         (c.grid > 0 ? "_grid" + std::to_string(c.grid) : "");
 }
 
 std::string case_name(const testing::TestParamInfo<Case>& info) { return case_label(info.param); }
@@ -153,9 +153,9 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   request.phase = c.phase;
   request.dtype = c.dtype;
   request.device = DeviceType::kCuda;
-  request.graph_safe = c.graph_safe;
+  request.device_position = c.device_position;
   request.head_dim = c.head_dim;
-  request.decode_splits = c.splits;
+  request.decode_grid = c.grid;
   Result<std::unique_ptr<AttentionOp>> op = make_attention(request);
   ASSERT_TRUE(op.ok()) << op.status().message();
 
@@ -167,7 +167,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
   ASSERT_TRUE(out.ok()) << out.status().message();
   args.out = *out;
   args.start = c.start;
-  if (c.graph_safe) {
+  if (c.device_position) {
     // The host start is deliberately wrong: the kernel must take the position from the device.
     args.start = 0;
     Tensor pos = *Tensor::empty({1}, DataType::kInt32);
@@ -196,8 +196,9 @@ std::vector<Case> all_cases() {
       for (int d : {64, 128}) {
         for (int group : {1, 2, 4, 8}) {
           for (int kv : {1, 7, 64, 255, 256, 1000, 4097}) {
-            for (bool graph_safe : {false, true}) {
-              cases.push_back({kind, AttentionPhase::kDecode, dtype, graph_safe, d, group, 1, kv - 1});
+            for (bool device_position : {false, true}) {
+              cases.push_back(
+                  {kind, AttentionPhase::kDecode, dtype, device_position, d, group, 1, kv - 1});
             }
           }
           // Prefill: tile-size multiples and not, and multi-turn prefills (start > 0).
@@ -214,39 +215,41 @@ std::vector<Case> all_cases() {
     }
     cases.push_back({kind, AttentionPhase::kPrefill, DataType::kFp16, false, 128, 4, 4097, 0});
   }
-  // Split-KV decode at explicit split counts (flash2 fp16 and flash1 read decode_splits): one
-  // split, a few, more than the context can fill (capped), with contexts shorter than, equal to
-  // and just past the tiles, and GQA groups up to and past one block's 16 heads.
+  // Split-KV decode at explicit grids (flash2 fp16 and flash1 read decode_grid): one split per
+  // (kv head, row block), a few, more than the context can fill (capped), with contexts shorter
+  // than, equal to and just past the tiles, and GQA groups up to and past one block's 16 heads.
+  // flash1 has one row block per kv head here, so its grid is kKvHeads times the splits.
   for (AttentionKind kind : {AttentionKind::kFlash1, AttentionKind::kFlash2}) {
     for (DataType dtype : {DataType::kFp32, DataType::kFp16}) {
       if (kind == AttentionKind::kFlash2 && dtype == DataType::kFp32) continue;
       for (int splits : {1, 2, 3, 7, 64, 1000}) {
         for (int kv : {1, 63, 65, 129, 1000, 4097}) {
-          for (bool graph_safe : {false, true}) {
-            cases.push_back({kind, AttentionPhase::kDecode, dtype, graph_safe, 128, 4, 1, kv - 1,
-                             splits});
+          for (bool device_position : {false, true}) {
+            const int grid = kind == AttentionKind::kFlash1 ? splits * kKvHeads : splits;
+            cases.push_back({kind, AttentionPhase::kDecode, dtype, device_position, 128, 4, 1,
+                             kv - 1, grid});
           }
         }
       }
-      // flash2 fp16 reads decode_splits as its block count: kv heads x head groups (2 units
+      // flash2 fp16 spreads the work over decode_grid blocks: kv heads x head groups (2 units
       // for groups up to 16, 4 for 20) spread over 3 or 5 blocks cross unit boundaries, over 2
       // or 4 end exactly on them; kv lengths 1 and 2 leave one block for every unit.
       if (kind == AttentionKind::kFlash2) {
         for (int group : {4, 8, 16, 20}) {
-          for (int splits : {2, 3, 4, 5, 132}) {
+          for (int grid : {2, 3, 4, 5, 132}) {
             for (int kv : {1, 2, 3, 64, 129, 1001}) {
-              for (bool graph_safe : {false, true}) {
-                cases.push_back({kind, AttentionPhase::kDecode, dtype, graph_safe, 128, group, 1,
-                                 kv - 1, splits});
+              for (bool device_position : {false, true}) {
+                cases.push_back({kind, AttentionPhase::kDecode, dtype, device_position, 128,
+                                 group, 1, kv - 1, grid});
               }
             }
           }
         }
       }
       for (int group : {16, 20}) {
-        for (int splits : {0, 3}) {
-          cases.push_back({kind, AttentionPhase::kDecode, dtype, true, 128, group, 1, 2999, splits});
-          cases.push_back({kind, AttentionPhase::kDecode, dtype, false, 64, group, 1, 700, splits});
+        for (int grid : {0, 3}) {
+          cases.push_back({kind, AttentionPhase::kDecode, dtype, true, 128, group, 1, 2999, grid});
+          cases.push_back({kind, AttentionPhase::kDecode, dtype, false, 64, group, 1, 700, grid});
         }
       }
     }
@@ -321,7 +324,7 @@ TEST(AttentionDecodePartition, TilesTheWorkEvenly) {
 }
 
 #ifdef KUIPER_WITH_CUDA
-// A graph-safe decode step captured once and replayed at several positions, as the CUDA-graph
+// A device-position decode step captured once and replayed at several positions, as the CUDA-graph
 // decode loop does: only the device position changes between replays.
 TEST(CudaAttentionGraph, ReplaysAtAnyPosition) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
@@ -373,52 +376,57 @@ TEST(CudaAttentionGraph, ReplaysAtAnyPosition) {
 
 // The flash2 fp16 decode graph replayed at short, odd, tile-edge and long positions for GQA
 // groups of 4, 8 and 16 and block counts that cross kv-head boundaries (3, 5) or not (the SM
-// count's default): the partition is recomputed on the device from each position.
+// count's default), launched with PDL and without: the partition is recomputed on the device
+// from each position.
 TEST(CudaAttentionGraph, Flash2BalancedPartitionReplays) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int d = 128, max_pos = 2999;
   const DataType dtype = DataType::kFp16;
   for (int group : {4, 8, 16}) {
     for (int blocks : {0, 3, 5}) {
-      SCOPED_TRACE("group " + std::to_string(group) + " blocks " + std::to_string(blocks));
-      AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
-                               DeviceType::kCuda, true, d};
-      request.decode_splits = blocks;
-      auto op = make_attention(request);
-      ASSERT_TRUE(op.ok()) << op.status().message();
-      const Problem& p = problem_for(dtype, d, group, 1, max_pos);
-      AttentionArgs args;
-      args.q = *to_device(p.q, dtype);
-      args.k_cache = *to_device(p.k, dtype);
-      args.v_cache = *to_device(p.v, dtype);
-      args.out = *nan_tensor(p.q.shape(), dtype);
-      args.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
-      int32_t* pos_dev = args.device_position.data<int32_t>();
-      cudaStream_t s = cuda::stream();
-      int32_t pos = max_pos;
-      ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
-      ASSERT_TRUE((*op)->forward(args).ok());
-      ASSERT_TRUE(sync().ok());
-      cudaGraph_t graph;
-      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      Status st = (*op)->forward(args);
-      ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-      ASSERT_TRUE(st.ok()) << st.message();
-      cudaGraphExec_t exec;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      for (int32_t at : {0, 1, 2, 62, 63, 64, 128, 777, max_pos, 5}) {
-        SCOPED_TRACE("position " + std::to_string(at));
-        pos = at;
+      for (bool pdl : {true, false}) {
+        SCOPED_TRACE("group " + std::to_string(group) + " blocks " + std::to_string(blocks) +
+                     (pdl ? " pdl" : " no pdl"));
+        AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
+                                 DeviceType::kCuda, true, d};
+        request.decode_grid = blocks;
+        request.pdl = pdl;
+        auto op = make_attention(request);
+        ASSERT_TRUE(op.ok()) << op.status().message();
+        const Problem& p = problem_for(dtype, d, group, 1, max_pos);
+        AttentionArgs args;
+        args.q = *to_device(p.q, dtype);
+        args.k_cache = *to_device(p.k, dtype);
+        args.v_cache = *to_device(p.v, dtype);
+        args.out = *nan_tensor(p.q.shape(), dtype);
+        args.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+        int32_t* pos_dev = args.device_position.data<int32_t>();
+        cudaStream_t s = cuda::stream();
+        int32_t pos = max_pos;
         ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
-        ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
-        ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        ASSERT_TRUE((*op)->forward(args).ok());
         ASSERT_TRUE(sync().ok());
-        Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
-        cpu::attention(p.q, p.k, p.v, ref, at);
-        expect_close(*to_host_f32(args.out), ref, dtype);
+        cudaGraph_t graph;
+        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        Status st = (*op)->forward(args);
+        ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+        ASSERT_TRUE(st.ok()) << st.message();
+        cudaGraphExec_t exec;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        for (int32_t at : {0, 1, 2, 62, 63, 64, 128, 777, max_pos, 5}) {
+          SCOPED_TRACE("position " + std::to_string(at));
+          pos = at;
+          ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+          ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+          ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+          ASSERT_TRUE(sync().ok());
+          Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
+          cpu::attention(p.q, p.k, p.v, ref, at);
+          expect_close(*to_host_f32(args.out), ref, dtype);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
       }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
     }
   }
 }
@@ -656,8 +664,8 @@ TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {
   EXPECT_NE(message(r).find("bf16"), std::string::npos) << message(r);
   r.dtype = DataType::kFp16;
   r.phase = AttentionPhase::kPrefill;
-  r.graph_safe = true;
-  EXPECT_NE(message(r).find("graph-safe"), std::string::npos) << message(r);
+  r.device_position = true;
+  EXPECT_NE(message(r).find("device-position"), std::string::npos) << message(r);
 }
 #endif
 

@@ -49,7 +49,7 @@ Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
   request.phase = op::AttentionPhase::kPrefill;
   KUIPER_ASSIGN_OR_RETURN(model->prefill_attention_, op::make_attention(request));
   request.phase = op::AttentionPhase::kDecode;
-  request.graph_safe = options.cuda_graph;
+  request.device_position = options.cuda_graph;
   Result<std::unique_ptr<op::AttentionOp>> decode = op::make_attention(request);
   if (!decode.ok()) {
     return options.cuda_graph ? decode.status().With("CUDA graph decode") : decode.status();

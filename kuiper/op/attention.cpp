@@ -71,7 +71,9 @@ Result<std::unique_ptr<AttentionOp>> make_backend_attention(const AttentionReque
       return Status::Error(std::string("attention on the CPU computes in fp32, not ") +
                            dtype_name(request.dtype));
     }
-    if (request.graph_safe) return Status::Error("CUDA graphs need the cuda device");
+    if (request.device_position) {
+      return Status::Error("a device position (CUDA graphs) needs the cuda device");
+    }
     return std::unique_ptr<AttentionOp>(new CpuAttention());
   }
 #ifdef KUIPER_WITH_CUDA

@@ -1,5 +1,5 @@
 // Causal grouped-query attention over a KV cache, and the one dispatch point that picks its
-// implementation for (algorithm, phase, dtype, device, graph-safety).
+// implementation for (algorithm, phase, dtype, device, device position).
 #pragma once
 
 #include <memory>
@@ -17,8 +17,8 @@ struct AttentionArgs {
   Tensor v_cache;  // same shape as k_cache
   Tensor out;      // [T, num_heads, head_dim]
   int64_t start = 0;  // position of the first query; query t sees keys [0, start + t]
-  // Graph-safe decode variants read the position from this int32 [1] device tensor instead of
-  // `start`, so a captured graph can be replayed at every step.
+  // For ops made with AttentionRequest::device_position: the position, an int32 [1] device
+  // tensor read by the kernels instead of `start`, so a captured graph replays at every step.
   Tensor device_position;
 };
 
@@ -34,13 +34,20 @@ struct AttentionRequest {
   AttentionPhase phase = AttentionPhase::kPrefill;
   DataType dtype = DataType::kFp32;  // of q, the cache and out
   DeviceType device = DeviceType::kCpu;
-  bool graph_safe = false;  // needs a GPU-pos kernel with fixed shared memory
+  // Decode reads its position from AttentionArgs::device_position (CUDA graphs): the kernels
+  // then size every launch for the cache capacity, never for the position.
+  bool device_position = false;
   int64_t head_dim = 0;
-  // Split-KV decode (flash2 fp16, flash1): KV splits per kv head. 0 lets the kernel choose from
-  // the SM count; tests and benchmarks set it to exercise or compare other counts. For the flash2
-  // fp16 decode it is the total block count instead (the work of all kv heads is spread over
-  // it; kv heads x head groups times a split count reproduces per-head splits).
-  int decode_splits = 0;
+  // Split-KV decode (flash2 fp16, flash1): the blocks of the decode grid, all kv heads' and head
+  // groups' splits together. 0 lets the kernel choose from the SM count; tests and benchmarks
+  // set it to exercise or compare other grids. flash2 fp16 spreads the keys of every (kv head,
+  // head group) evenly over exactly this many blocks (fewer when the context cannot fill them);
+  // flash1 gives each (kv head, row block) decode_grid / their count splits. The fp32 flash2
+  // decode splits into fixed chunks and ignores it.
+  int decode_grid = 0;
+  // Programmatic dependent launch for the kernels that use it (flash2 fp16 decode): on by
+  // default; off for A/B timing.
+  bool pdl = true;
 };
 
 // Checks shapes, dtypes and the position range of a call; every implementation runs it first.

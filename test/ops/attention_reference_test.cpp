@@ -70,7 +70,7 @@ TEST(AttentionReference, RefusesUnsupportedCombinations) {
   req.dtype = DataType::kFp16;
   EXPECT_FALSE(op::make_attention(req).ok());
   req.dtype = DataType::kFp32;
-  req.graph_safe = true;
+  req.device_position = true;
   EXPECT_FALSE(op::make_attention(req).ok());
 }
 

@@ -26,9 +26,10 @@ Result<json> bench_attention_case(const std::string& kind, DataType activation, 
   request.phase = decode ? kuiper::op::AttentionPhase::kDecode : kuiper::op::AttentionPhase::kPrefill;
   request.dtype = activation;
   request.device = DeviceType::kCuda;
-  request.graph_safe = decode && FLAGS_cuda_graph;
+  request.device_position = decode && FLAGS_cuda_graph;
   request.head_dim = D;
-  request.decode_splits = FLAGS_decode_splits;
+  request.decode_grid = FLAGS_decode_grid;
+  request.pdl = FLAGS_pdl;
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<kuiper::op::AttentionOp> op,
                           kuiper::op::make_attention(request));
   const int64_t start = L - T;
@@ -55,8 +56,8 @@ Result<json> bench_attention_case(const std::string& kind, DataType activation, 
     a.start = start;
     a.device_position = position;
   }
-  // Graph-safe decode is timed as it runs in a model: replayed from a captured graph.
-  const bool graph = request.graph_safe && FLAGS_replay_graph;
+  // Device-position decode is timed as it runs in a model: replayed from a captured graph.
+  const bool graph = request.device_position && FLAGS_replay_graph;
   KUIPER_ASSIGN_OR_RETURN(double seconds, time_on_stream(
                                               [&](int i) {
                                                 return op->forward(args[static_cast<size_t>(i % copies)]);

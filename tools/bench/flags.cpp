@@ -50,8 +50,9 @@ DEFINE_int32(prefill_len, 512, "attention-only: queries of the prefill case (the
 DEFINE_bool(replay_graph, true,
             "attention-only with --cuda-graph: time the decode replayed from a captured graph "
             "(false: launched on the stream)");
-DEFINE_int32(decode_splits, 0,
-             "attention-only: KV splits per kv head of split-KV decode (0: the kernel's choice)");
+DEFINE_int32(decode_grid, 0,
+             "attention-only: blocks of the split-KV decode grid (0: the kernel's choice)");
+DEFINE_bool(pdl, true, "attention-only: launch the flash2 fp16 decode with PDL (A/B timing)");
 DEFINE_string(decode_kv_lens, "",
               "attention-only: decode (one query) at each of these kv lengths; with "
               "--causal-lens, replaces the --kv-len/--prefill-len cases");

@@ -37,7 +37,8 @@ DECLARE_int32(head_dim);
 DECLARE_int32(kv_len);
 DECLARE_int32(prefill_len);
 DECLARE_bool(replay_graph);
-DECLARE_int32(decode_splits);
+DECLARE_int32(decode_grid);
+DECLARE_bool(pdl);
 DECLARE_string(decode_kv_lens);
 DECLARE_string(causal_lens);
 

@@ -9,9 +9,14 @@
 //    every combination the op layer accepts correct.
 #include <cublas_v2.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/cuda/tuning_log.h"
 
 namespace kuiper::cuda {
 
@@ -226,23 +231,24 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Blocks of gemv_kernel<..., kUnroll> that fit on the GPU at once with `smem` bytes of x.
+// Blocks of gemv_kernel<..., kUnroll> that fit on the current GPU at once with `smem` bytes of x:
+// an occupancy query, cached per device and size.
 template <typename TW, typename TX, typename TO, int kUnroll>
 Result<int64_t> gemv_fit(int64_t smem) {
-  static int64_t sizes[8] = {}, fits[8] = {};
+  static std::mutex mutex;
+  static std::map<std::pair<int, int64_t>, int64_t> fits;
+  int device = 0;
+  KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = fits.find({device, smem});
+  if (found != fits.end()) return found->second;
   KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
-  for (int i = 0; i < 8; ++i) {
-    if (sizes[i] == smem) return fits[i];
-    if (sizes[i] == 0) {
-      int per_sm = 0;
-      KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, gemv_kernel<TW, TX, TO, kUnroll>, kGemvThreads, static_cast<size_t>(smem)));
-      sizes[i] = smem;
-      fits[i] = static_cast<int64_t>(sms) * per_sm;
-      return fits[i];
-    }
-  }
-  return static_cast<int64_t>(sms) * 2;  // more x sizes than the cache holds
+  int per_sm = 0;
+  KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, gemv_kernel<TW, TX, TO, kUnroll>, kGemvThreads, static_cast<size_t>(smem)));
+  const int64_t fit = static_cast<int64_t>(sms) * per_sm;
+  fits.emplace(std::make_pair(device, smem), fit);
+  return fit;
 }
 
 template <typename TW, typename TX, typename TO, int kUnroll>
@@ -265,12 +271,16 @@ Status launch_gemv(const GemvArgs& a) {
   }
   const int64_t groups = a.swiglu ? a.N : (a.N + 1) / 2;
   const int64_t blocks = (groups + kGemvWarps - 1) / kGemvWarps;
-  static const bool wide_off = std::getenv("KUIPER_GEMV_NO_WIDE") != nullptr;  // A/B timing
   KUIPER_ASSIGN_OR_RETURN(const int64_t fit8, (gemv_fit<TW, TX, TO, 8>(smem)));
-  if (!wide_off && blocks > fit8) {
-    KUIPER_ASSIGN_OR_RETURN(const int64_t fit4, (gemv_fit<TW, TX, TO, 4>(smem)));
-    if (blocks <= fit4) return launch_gemv_unrolled<TW, TX, TO, 4>(a, blocks, smem);
+  int64_t fit4 = 0;
+  if (blocks > fit8) {
+    KUIPER_ASSIGN_OR_RETURN(fit4, (gemv_fit<TW, TX, TO, 4>(smem)));
   }
+  const bool one_wave_of_4 = blocks > fit8 && blocks <= fit4;
+  KUIPER_LOG_TUNING("GEMV N " + std::to_string(a.N) + " K " + std::to_string(a.K) + ": " +
+                    std::to_string(blocks) + " blocks, " + (one_wave_of_4 ? "4" : "8") +
+                    " loads in flight a row (" + std::to_string(fit8) + " blocks fit with 8)");
+  if (one_wave_of_4) return launch_gemv_unrolled<TW, TX, TO, 4>(a, blocks, smem);
   return launch_gemv_unrolled<TW, TX, TO, 8>(a, blocks, smem);
 }
 

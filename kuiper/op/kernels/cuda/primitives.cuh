@@ -1,12 +1,11 @@
 // GPU primitives every CUDA kernel file may use: shuffle and block reductions, the type tag of
 // the dtype dispatch, per-device facts read once (SM count, the shared-memory opt-in) and the
-// launch with programmatic dependent launch (PDL).
+// launch with or without programmatic dependent launch (PDL).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -144,17 +143,11 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #endif
 }
 
-// PDL is on unless the environment sets KUIPER_NO_PDL (for A/B timing).
-inline bool pdl_enabled() {
-  static const bool enabled = std::getenv("KUIPER_NO_PDL") == nullptr;
-  return enabled;
-}
-
-// kernel<<<grid, block, smem, stream()>>>(args...) with PDL allowed; a failed launch is returned
-// (and cleared, so the next launch check does not report it again).
+// kernel<<<grid, block, smem, stream()>>>(args...), with PDL allowed when `pdl`; a failed launch
+// is returned (and cleared, so the next launch check does not report it again).
 template <typename... Params, typename... Args>
-Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                  const char* what, Args&&... args) {
+Status launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, bool pdl,
+              const char* what, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -164,13 +157,21 @@ Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
+  config.numAttrs = pdl ? 1 : 0;
   const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (launched != cudaSuccess) {
     (void)cudaGetLastError();
     return check(launched, what);
   }
   return Status::Ok();
+}
+
+// launch() with PDL: the GEMV and the fused attention-input kernel, measured faster with it
+// (matmul.cu gives the figures).
+template <typename... Params, typename... Args>
+Status launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  const char* what, Args&&... args) {
+  return launch(kernel, grid, block, smem, true, what, std::forward<Args>(args)...);
 }
 
 }  // namespace kuiper::cuda

@@ -43,6 +43,28 @@ struct SoftmaxState {
   }
 };
 
+// acc * w.x + y * w.y: an output slice under the weights merge() returned.
+__device__ __forceinline__ float4 weigh(float4 acc, float2 w, float4 y) {
+  return make_float4(acc.x * w.x + w.y * y.x, acc.y * w.x + w.y * y.y, acc.z * w.x + w.y * y.z,
+                     acc.w * w.x + w.y * y.w);
+}
+
+// Folds the split-KV partials c = first, first + step, ... < count into (st, acc): partial c is
+// the state ml[c] and the output slice o[c * D / 4] (a float4 of a D-wide row). Every partial
+// saw at least one key (finite m). Read through L2: other blocks wrote them. The loads of all
+// partials are independent, so they are in flight at once.
+template <int D>
+__device__ __forceinline__ void fold_partials(const float2* ml, const float4* o, int first,
+                                              int count, int step, SoftmaxState& st,
+                                              float4& acc) {
+#pragma unroll 16
+  for (int c = first; c < count; c += step) {
+    const float2 x = __ldcg(&ml[c]);
+    const float4 y = __ldcg(o + static_cast<size_t>(c) * (D / 4));
+    acc = weigh(acc, st.merge(x.x, x.y), y);
+  }
+}
+
 // The online softmax of the two rows a thread holds in an mma.sync m16n8 accumulator: row
 // lane / 4 in elements [0], [1] and row lane / 4 + 8 in [2], [3] of every 8-column fragment. A
 // row spans the 4 lanes of a quad: maxima are reduced across it at once, each lane's l stays a

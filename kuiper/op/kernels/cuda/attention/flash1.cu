@@ -13,13 +13,16 @@
 // Rows are (query, head) pairs of one kv head: row r of the flattened [T x group] list is query
 // r / group of head kvh * group + r % group. Packing a GQA group into one block loads each K/V
 // tile once for all the heads that share it. Decode is the same kernel with T = 1, split over
-// the KV length (grid z, split_keys in attention_common.cuh): each split writes an unnormalised
-// partial (O * l, m, l) and combine_splits merges them. The split count never depends on the
-// position, so the graph-safe variant only reads the position from the device.
+// the KV length (grid z, split_keys in split_kv.cuh): each split writes an unnormalised partial
+// (O * l, m, l) and combine_splits merges them. The split count never depends on the position,
+// so the device-position variant only reads the position from the device.
 #include <algorithm>
 #include <type_traits>
 
-#include "kuiper/op/kernels/cuda/attention_common.cuh"
+#include "kuiper/op/kernels/cuda/attention/common.cuh"
+#include "kuiper/op/kernels/cuda/attention/mma.cuh"
+#include "kuiper/op/kernels/cuda/attention/softmax_state.cuh"
+#include "kuiper/op/kernels/cuda/attention/split_kv.cuh"
 
 namespace kuiper::op::cuda_attention {
 namespace {
@@ -76,7 +79,7 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
   const int c0 = threadIdx.x % Tr::kLanesPerRow;
   const int my_row = min(r0 + r, total_rows - 1);
   const int my_pos = pos0 + my_row / g.group;  // the last key this row may see
-  float m = -INFINITY, l = 0.0f;
+  SoftmaxState st;
   float o[Tr::kDimsPerThread] = {};
 
   for (int key0 = kbeg; key0 < kend; key0 += Tr::kKeys) {
@@ -103,19 +106,17 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
       if (key > my_pos || key >= kend) s[i] = -INFINITY;
       tile_max = fmaxf(tile_max, s[i]);
     }
-    tile_max = group_max<Tr::kLanesPerRow>(tile_max);
     // Key kbeg is in every row's past, so m is finite from the first tile on.
-    const float m_new = fmaxf(m, tile_max);
+    const float alpha = st.raise_max(group_max<Tr::kLanesPerRow>(tile_max));
     float tile_sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < Tr::kColsPerThread; ++i) {
-      const float p = fast_exp2(s[i] - m_new);
+      const float p = fast_exp2(s[i] - st.m);
       tile_sum += p;
       ps[r * Tr::kPStride + c0 + i * Tr::kLanesPerRow] = p;
     }
-    tile_sum = group_sum<Tr::kLanesPerRow>(tile_sum);
-    const float alpha = fast_exp2(m - m_new);
-    const float l_new = l * alpha + tile_sum;
+    const float keep = st.l * alpha;
+    st.accumulate(alpha, group_sum<Tr::kLanesPerRow>(tile_sum));
     __syncthreads();  // P complete
 
     // O = (l * alpha * O + P V) / l_new: FA1 keeps the output normalised after every tile.
@@ -131,11 +132,9 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
         acc[4 * i + 3] += p * vv.w;
       }
     }
-    const float keep = l * alpha, inv = 1.0f / l_new;
+    const float inv = 1.0f / st.l;
 #pragma unroll
     for (int i = 0; i < Tr::kDimsPerThread; ++i) o[i] = (keep * o[i] + acc[i]) * inv;
-    m = m_new;
-    l = l_new;
   }
 
   if (r0 + r < total_rows && o_part != nullptr) {
@@ -143,10 +142,11 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
     const size_t slot = static_cast<size_t>(h) * gridDim.z + blockIdx.z;
 #pragma unroll
     for (int i = 0; i < Tr::kDimsPerThread / 4; ++i) {
-      const float4 x = make_float4(o[4 * i] * l, o[4 * i + 1] * l, o[4 * i + 2] * l, o[4 * i + 3] * l);
+      const float4 x = make_float4(o[4 * i] * st.l, o[4 * i + 1] * st.l, o[4 * i + 2] * st.l,
+                                   o[4 * i + 3] * st.l);
       *reinterpret_cast<float4*>(o_part + slot * D + c0 * 4 + i * 32) = x;
     }
-    if (c0 == 0) ml_part[slot] = make_float2(m, l);
+    if (c0 == 0) ml_part[slot] = make_float2(st.m, st.l);
   } else if (r0 + r < total_rows) {
     const int row = r0 + r, t = row / g.group, h = kvh * g.group + row % g.group;
     T* dst = out + (static_cast<size_t>(t) * g.heads + h) * D;
@@ -206,16 +206,7 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  for (int c = threadIdx.x; c < Tr::kRows * Tr::kChunks; c += Tr::kThreads) {
-    const int r = c / Tr::kChunks, ch = c % Tr::kChunks, row = r0 + r;
-    const bool valid = row < total_rows;
-    const half* src = q;
-    if (valid) {
-      const int t = row / g.group, h = kvh * g.group + row % g.group;
-      src = q + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8;
-    }
-    cp_async16(swizzled<D>(vs, r, ch), src, valid);
-  }
+  cp_async_q_tile<D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, vs);
   cp_async_commit();
   for (int i = threadIdx.x; i < Tr::kRows * Tr::kOStride; i += Tr::kThreads) os[i] = 0.0f;
   for (int i = threadIdx.x; i < Tr::kRows; i += Tr::kThreads) {
@@ -225,10 +216,7 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
   cp_async_wait<0>();
   __syncthreads();
   uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    ldmatrix_x4(qf[kk], swizzled<D>(vs, warp * 16 + lane % 16, kk * 2 + lane / 16));
-  }
+  load_q_fragments<D>(qf, vs);
 
   const int quad_row = lane / 4, quad_col = (lane % 4) * 2;
   const int warp_row0 = r0 + warp * 16;
@@ -282,12 +270,12 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
 
     // FA1's update, through the statistics and output kept in shared memory. The tile holding
     // key kbeg is every row's first and has a finite maximum, so m_new is finite.
-    const float mo_a = ms[ra], lo_a = ls[ra], mo_b = ms[rb], lo_b = ls[rb];
-    const float mn_a = fmaxf(mo_a, mt_a), mn_b = fmaxf(mo_b, mt_b);
-    const float keep_a = lo_a * fast_exp2(mo_a - mn_a), keep_b = lo_b * fast_exp2(mo_b - mn_b);
-    const float add_a = fast_exp2(mt_a - mn_a), add_b = fast_exp2(mt_b - mn_b);
-    const float ln_a = keep_a + add_a * lt_a, ln_b = keep_b + add_b * lt_b;
-    const float inv_a = 1.0f / ln_a, inv_b = 1.0f / ln_b;
+    SoftmaxState st_a{ms[ra], ls[ra]}, st_b{ms[rb], ls[rb]};
+    const float lo_a = st_a.l, lo_b = st_b.l;
+    const float2 w_a = st_a.merge(mt_a, lt_a), w_b = st_b.merge(mt_b, lt_b);
+    const float keep_a = lo_a * w_a.x, keep_b = lo_b * w_b.x;  // O is normalised: O * l weighs
+    const float add_a = w_a.y, add_b = w_b.y;
+    const float inv_a = 1.0f / st_a.l, inv_b = 1.0f / st_b.l;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       float2* pa = reinterpret_cast<float2*>(os + ra * Tr::kOStride + n * 8 + quad_col);
@@ -300,10 +288,10 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
     }
     __syncwarp();  // every lane of a quad has read the row's m and l
     if (lane % 4 == 0) {
-      ms[ra] = mn_a;
-      ls[ra] = ln_a;
-      ms[rb] = mn_b;
-      ls[rb] = ln_b;
+      ms[ra] = st_a.m;
+      ls[ra] = st_a.l;
+      ms[rb] = st_b.m;
+      ls[rb] = st_b.l;
     }
   }
   __syncwarp();  // this warp's rows of O, m and l are final
@@ -332,12 +320,12 @@ class Flash1Attention final : public AttentionOp {
  public:
   explicit Flash1Attention(const AttentionRequest& r) : request_(r) {}
   const char* name() const override {
-    return request_.graph_safe ? "cuda-flash1-gpu-pos" : "cuda-flash1";
+    return request_.device_position ? "cuda-flash1-device-position" : "cuda-flash1";
   }
 
   Status forward(const AttentionArgs& a) override {
     KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
-    const Geometry g = make_geometry(a, request_.graph_safe);
+    const Geometry g = make_geometry(a, request_.device_position);
     return with_instantiation(request_.dtype, request_.head_dim, [&](auto tt, auto dt) -> Status {
       using T = typename decltype(tt)::type;
       constexpr int D = decltype(dt)::value;
@@ -372,8 +360,8 @@ class Flash1Attention final : public AttentionOp {
     if (request_.phase == AttentionPhase::kPrefill) {
       return launch(dim3(row_blocks, g.kv_heads, 1), nullptr, nullptr);
     }
-    KUIPER_ASSIGN_OR_RETURN(const int splits,
-                            decode_split_count(request_, g, row_blocks, Tr::kKeys, kBlocksPerSm));
+    KUIPER_ASSIGN_OR_RETURN(const int splits, decode_split_count(request_, g, row_blocks * g.kv_heads,
+                                                                 Tr::kKeys, kBlocksPerSm));
     const size_t slots = static_cast<size_t>(g.heads) * splits;
     KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
     KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));

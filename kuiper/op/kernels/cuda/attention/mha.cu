@@ -10,10 +10,10 @@
 //                   a warp-sum gives each score q·k * scale (log2 domain).
 //   mha_softmax_pv  grid (heads, rows): block max and sum over the row, then warps split the
 //                   keys for P·V and reduce their partial outputs through shared memory.
-// Graph-safe decode sizes the score grid for the whole cache; tiles past the position exit.
+// Device-position decode sizes the score grid for the whole cache; tiles past the position exit.
 #include <algorithm>
 
-#include "kuiper/op/kernels/cuda/attention_common.cuh"
+#include "kuiper/op/kernels/cuda/attention/common.cuh"
 
 namespace kuiper::op::cuda_attention {
 namespace {
@@ -115,12 +115,12 @@ class MhaAttention final : public AttentionOp {
  public:
   explicit MhaAttention(const AttentionRequest& r) : request_(r) {}
   const char* name() const override {
-    return request_.graph_safe ? "cuda-mha-gpu-pos" : "cuda-mha";
+    return request_.device_position ? "cuda-mha-device-position" : "cuda-mha";
   }
 
   Status forward(const AttentionArgs& a) override {
     KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
-    const Geometry g = make_geometry(a, request_.graph_safe);
+    const Geometry g = make_geometry(a, request_.device_position);
     const int rows_cap = rows_per_pass(g);
     KUIPER_ASSIGN_OR_RETURN(float* scores,
                             scratch_.floats(static_cast<size_t>(rows_cap) * g.heads * g.max_ctx));
@@ -133,8 +133,8 @@ class MhaAttention final : public AttentionOp {
       T* out = a.out.data<T>();
       for (int row0 = 0; row0 < g.T; row0 += rows_cap) {
         const int rows = std::min(rows_cap, g.T - row0);
-        // Keys the last query of the pass sees; graph-safe decode covers the whole cache.
-        const int keys = request_.graph_safe ? g.max_ctx : g.start + row0 + rows;
+        // Keys the last query of the pass sees; device-position decode covers the whole cache.
+        const int keys = request_.device_position ? g.max_ctx : g.start + row0 + rows;
         const dim3 score_grid((keys + kKeysPerBlock - 1) / kKeysPerBlock, g.heads, rows);
         mha_scores<T, D><<<score_grid, kThreads, 0, cuda::stream()>>>(q, k, scores, g, row0);
         KUIPER_CUDA_CHECK_LAUNCH("mha_scores");

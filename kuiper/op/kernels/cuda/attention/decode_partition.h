@@ -7,7 +7,7 @@
 // block b takes [work * b / blocks, work * (b + 1) / blocks), so every block gets the same
 // number of keys to within one and a block may cross from one unit into the next (writing one
 // partial per unit it touches). Everything here depends on len, which only the device knows in
-// graph-safe decode, so the kernel recomputes it each launch.
+// device-position decode, so the kernel recomputes it each launch.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // make_cuda_attention: the CUDA side of the attention dispatch point. It decides which
-// combinations of (kind, phase, dtype, graph-safety, head_dim) exist and refuses the rest with a
+// combinations of (kind, phase, dtype, device position, head_dim) exist and refuses the rest with a
 // message naming the combination; each kind's file then builds its kernels for the request.
 #include "kuiper/base/allocator.h"
-#include "kuiper/op/kernels/cuda/attention_common.cuh"
+#include "kuiper/op/kernels/cuda/attention/common.cuh"
 
 namespace kuiper::op {
 
@@ -17,8 +17,8 @@ Result<std::unique_ptr<AttentionOp>> make_cuda_attention(const AttentionRequest&
     return Status::Error(combo + ": unsupported head_dim (CUDA attention has kernels for 64 and "
                                  "128)");
   }
-  if (request.graph_safe && request.phase != AttentionPhase::kDecode) {
-    return Status::Error(combo + ": graph-safe kernels exist for decode only (prefill shapes "
+  if (request.device_position && request.phase != AttentionPhase::kDecode) {
+    return Status::Error(combo + ": device-position kernels exist for decode only (prefill shapes "
                                  "change every call, so it is not captured)");
   }
   if (!cuda_available()) return Status::Error(combo + ": no usable CUDA device");

@@ -1,0 +1,156 @@
+// Tensor-core building blocks of the fp16 attention kernels (flash1, flash2 prefill and decode):
+// swizzled shared tiles filled by cp.async, ldmatrix fragments and mma.sync m16n8k16 (fp16 in,
+// fp32 accumulate) for S = Q K^T and O += P V.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kuiper/op/kernels/cuda/attention/common.cuh"
+
+namespace kuiper::op::cuda_attention {
+
+
+// Rows are D halves; 16-byte chunk c of row r is stored at chunk c ^ (r % 8), so the 8 rows an
+// ldmatrix reads (same logical chunk) fall in 8 different bank groups.
+template <int D>
+__device__ __forceinline__ uint32_t swizzled(const half* tile, int row, int chunk) {
+  static_assert(D / 8 >= 8, "the swizzle permutes 8 chunks");
+  return static_cast<uint32_t>(__cvta_generic_to_shared(tile + row * D + ((chunk ^ (row & 7)) * 8)));
+}
+
+// Copies 16 bytes global -> shared without passing through registers; with valid == false the
+// destination is zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Copies rows [0, kRows) of a K tile and the V tile of the same keys, starting at cache row
+// `key0` of kv head `kvh`, into swizzled shared tiles by cp.async (not committed); one address
+// computation serves both. Rows at or past `key_end` are zero-filled and never read: cache rows
+// past the context may hold anything, NaN included.
+template <int D, int kRows, int kThreads>
+__device__ __forceinline__ void cp_async_kv_tiles(const half* k, const half* v, int kv_heads,
+                                                  int kvh, int key0, int key_end, half* k_tile,
+                                                  half* v_tile) {
+  constexpr int kChunks = D / 8;
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+    const int r = c / kChunks, ch = c % kChunks, key = key0 + r;
+    const bool valid = key < key_end;
+    const size_t offset = valid ? (static_cast<size_t>(key) * kv_heads + kvh) * D + ch * 8 : 0;
+    cp_async16(swizzled<D>(k_tile, r, ch), k + offset, valid);
+    cp_async16(swizzled<D>(v_tile, r, ch), v + offset, valid);
+  }
+}
+
+// Four 8x8 b16 matrices from shared memory into the mma fragment layout; kTrans transposes each
+// (V tiles are stored key-major, the P V product wants them dimension-major).
+template <bool kTrans = false>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  }
+}
+
+// c += a * b for a 16x16 fp16 A (row-major fragments), a 16x8 fp16 B, a 16x8 fp32 C.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Copies the query rows [r0, r0 + kRows) of kv head `kvh` into a swizzled shared tile by
+// cp.async (not committed), row r being query r / group of head kvh * group + r % group; rows
+// past the last query are zero-filled.
+template <int D, int kRows, int kThreads>
+__device__ __forceinline__ void cp_async_q_tile(const half* q, const Geometry& g, int kvh, int r0,
+                                                int total_rows, half* tile) {
+  constexpr int kChunks = D / 8;
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+    const int r = c / kChunks, ch = c % kChunks, row = r0 + r;
+    const bool valid = row < total_rows;
+    const half* src = q;
+    if (valid) {
+      const int t = row / g.group, h = kvh * g.group + row % g.group;
+      src = q + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8;
+    }
+    cp_async16(swizzled<D>(tile, r, ch), src, valid);
+  }
+}
+
+// This warp's 16 query rows of a swizzled Q tile as the A fragments of mma_qk.
+template <int D>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[D / 16][4], const half* tile) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    ldmatrix_x4(qf[kk], swizzled<D>(tile, warp * 16 + lane % 16, kk * 2 + lane / 16));
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// S[16 rows][kKeys] += Q K^T for one warp: `qf` holds the warp's 16 query rows as A fragments
+// (D / 16 of them), `kt` a swizzled K tile whose rows key_row0 .. key_row0 + kKeys - 1 are used.
+// s[j] is the accumulator of keys 8j .. 8j + 7: row lane / 4 in [0], [1], row lane / 4 + 8 in
+// [2], [3], keys (lane % 4) * 2 and + 1.
+template <int D, int kKeys>
+__device__ __forceinline__ void mma_qk(float (&s)[kKeys / 8][4], const uint32_t (&qf)[D / 16][4],
+                                       const half* kt, int key_row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < kKeys / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, swizzled<D>(kt, key_row0 + np * 16 + lane % 8 + (lane / 16) * 8,
+                                 kk * 2 + (lane / 8) % 2));
+      mma_16816(s[2 * np], qf[kk], b[0], b[1]);
+      mma_16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+    }
+  }
+}
+
+// o[16 rows][D] += P V for one warp: P is the S accumulator of mma_qk (already exponentiated),
+// whose layout is exactly the A fragment of this product, so P never touches shared memory.
+template <int D, int kKeys>
+__device__ __forceinline__ void mma_pv(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4],
+                                       const half* vt, int key_row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    const uint32_t a[4] = {pack_half2(p[2 * kk][0], p[2 * kk][1]),
+                           pack_half2(p[2 * kk][2], p[2 * kk][3]),
+                           pack_half2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           pack_half2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4<true>(b, swizzled<D>(vt, key_row0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
+                                       np * 2 + lane / 16));
+      mma_16816(o[2 * np], a, b[0], b[1]);
+      mma_16816(o[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+}  // namespace kuiper::op::cuda_attention
