@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "kuiper/base/cuda_runtime.h"
 #include "kuiper/op/attention.h"
@@ -44,6 +45,24 @@ struct Geometry {
 __device__ __forceinline__ int first_position(const Geometry& g) {
   if (g.device_position == nullptr) return g.start;
   return min(max(*g.device_position, 0), g.max_ctx - 1);
+}
+
+// The block of a prefill-style grid (blockIdx.x: row tile, blockIdx.y: kv head): its rows
+// [r0, r0 + kRows) of the kv head's total_rows (query, head) rows, the position of query 0, and
+// kv_end, the keys its last row sees. Row tiles are taken from the end: later ones see more
+// keys, and launching them first evens out the tail of the grid.
+struct RowTile {
+  int kvh, total_rows, r0, pos0, kv_end;
+};
+template <int kRows>
+__device__ __forceinline__ RowTile row_tile(const Geometry& g) {
+  RowTile t;
+  t.kvh = blockIdx.y;
+  t.total_rows = g.T * g.group;
+  t.r0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  t.pos0 = first_position(g);
+  t.kv_end = t.pos0 + (min(t.r0 + kRows, t.total_rows) - 1) / g.group + 1;
+  return t;
 }
 
 // ex2.approx with flush-to-zero: relative error 2^-22, far below fp32 test tolerances, one
@@ -254,6 +273,20 @@ Status with_instantiation(DataType dtype, int64_t head_dim, F&& f) {
   return Status::Error(std::string("attention: no kernel for ") + dtype_name(dtype));
 }
 
+// with_instantiation split by element type, as the flash kernels are: tensor_cores(DimTag<D>{})
+// for fp16, simt(DimTag<D>{}) for fp32 (tensor cores would round fp32 operands to tf32, outside
+// what an fp32 path promises).
+template <typename TensorCores, typename Simt>
+Status by_element_type(const AttentionRequest& r, TensorCores&& tensor_cores, Simt&& simt) {
+  return with_instantiation(r.dtype, r.head_dim, [&](auto tt, auto dt) -> Status {
+    if constexpr (std::is_same_v<typename decltype(tt)::type, half>) {
+      return tensor_cores(dt);
+    } else {
+      return simt(dt);
+    }
+  });
+}
+
 // A device fp32 scratch buffer owned by an op object: grown when a call needs more, so it is
 // allocated on the first call (before any graph capture) and reused afterwards.
 class Scratch {
@@ -272,9 +305,13 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
-// Per-kind factories (one .cu file each); the dispatcher has already checked the request.
-Result<std::unique_ptr<AttentionOp>> make_mha_attention(const AttentionRequest& request);
-Result<std::unique_ptr<AttentionOp>> make_flash1_attention(const AttentionRequest& request);
-Result<std::unique_ptr<AttentionOp>> make_flash2_attention(const AttentionRequest& request);
+// What an op keeps on the device between calls, grown on the first call (before any graph
+// capture) and reused, so every step's launches are the same.
+struct AttentionBuffers {
+  Scratch partials;  // split-KV partial outputs (mha: the scores)
+  Scratch stats;     // split-KV partials' (m, l)
+  Tensor arrivals;   // the fused decode's counters, one per (kv head, head group)
+  size_t arrivals_capacity = 0;
+};
 
 }  // namespace kuiper::op::cuda_attention

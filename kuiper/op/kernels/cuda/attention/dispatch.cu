@@ -1,10 +1,44 @@
 // make_cuda_attention: the CUDA side of the attention dispatch point. It decides which
-// combinations of (kind, phase, dtype, device position, head_dim) exist and refuses the rest with a
-// message naming the combination; each kind's file then builds its kernels for the request.
+// combinations of (kind, phase, dtype, device position, head_dim) exist and refuses the rest
+// with a message naming the combination; the op it makes runs the kind's launcher (ops.cuh).
 #include "kuiper/base/allocator.h"
-#include "kuiper/op/kernels/cuda/attention/common.cuh"
+#include "kuiper/op/kernels/cuda/attention/ops.cuh"
 
 namespace kuiper::op {
+namespace {
+
+// The CUDA attention op of every kind: checks each call against the request it was made for and
+// runs the kind's launcher with the buffers it keeps between calls.
+class CudaAttention final : public AttentionOp {
+ public:
+  explicit CudaAttention(const AttentionRequest& r) : request_(r) {
+    name_ = std::string("cuda-") + attention_name(r.kind);
+    if (r.kind == AttentionKind::kFlash2) {
+      name_ += r.phase == AttentionPhase::kPrefill ? "-prefill" : "-decode";
+    }
+    if (r.device_position) name_ += "-device-position";
+  }
+  const char* name() const override { return name_.c_str(); }
+
+  Status forward(const AttentionArgs& a) override {
+    using namespace cuda_attention;
+    KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
+    const Geometry g = make_geometry(a, request_.device_position);
+    switch (request_.kind) {
+      case AttentionKind::kMha: return run_mha(a, g, request_, buffers_);
+      case AttentionKind::kFlash1: return run_flash1(a, g, request_, buffers_);
+      case AttentionKind::kFlash2: return run_flash2(a, g, request_, buffers_);
+    }
+    return Status::Error("attention " + describe(request_) + ": unknown kind");
+  }
+
+ private:
+  const AttentionRequest request_;
+  std::string name_;
+  cuda_attention::AttentionBuffers buffers_;
+};
+
+}  // namespace
 
 Result<std::unique_ptr<AttentionOp>> make_cuda_attention(const AttentionRequest& request) {
   using namespace cuda_attention;
@@ -22,12 +56,7 @@ Result<std::unique_ptr<AttentionOp>> make_cuda_attention(const AttentionRequest&
                                  "change every call, so it is not captured)");
   }
   if (!cuda_available()) return Status::Error(combo + ": no usable CUDA device");
-  switch (request.kind) {
-    case AttentionKind::kMha: return make_mha_attention(request);
-    case AttentionKind::kFlash1: return make_flash1_attention(request);
-    case AttentionKind::kFlash2: return make_flash2_attention(request);
-  }
-  return Status::Error(combo + ": unknown attention kind");
+  return std::unique_ptr<AttentionOp>(new CudaAttention(request));
 }
 
 }  // namespace kuiper::op

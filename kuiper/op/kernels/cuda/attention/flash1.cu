@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "kuiper/op/kernels/cuda/attention/common.cuh"
+#include "kuiper/op/kernels/cuda/attention/ops.cuh"
 #include "kuiper/op/kernels/cuda/attention/mma.cuh"
 #include "kuiper/op/kernels/cuda/attention/softmax_state.cuh"
 #include "kuiper/op/kernels/cuda/attention/split_kv.cuh"
@@ -56,22 +56,12 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
   float* vs = ks + Tr::kKeys * Tr::kStride;
   float* ps = vs + Tr::kKeys * Tr::kStride;
 
-  const int kvh = blockIdx.y;
-  const int total_rows = g.T * g.group;
-  // Later row blocks see more keys; launching them first evens out the tail of the grid.
-  const int row_block = gridDim.x - 1 - blockIdx.x;
-  const int r0 = row_block * Tr::kRows;
-  const int pos0 = first_position(g);
-  const int last_row = min(r0 + Tr::kRows, total_rows) - 1;
-  const int kv_end = pos0 + last_row / g.group + 1;
+  const RowTile tile = row_tile<Tr::kRows>(g);
+  const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
+  const int kv_end = tile.kv_end;
   // Decode (o_part set, T = 1) takes only its split's keys [kbeg, kend).
   int kbeg = 0, kend = kv_end;
-  if (o_part != nullptr) {
-    const int per = split_keys(kv_end, gridDim.z, Tr::kKeys);
-    kbeg = blockIdx.z * per;
-    if (kbeg >= kv_end) return;
-    kend = min(kv_end, kbeg + per);
-  }
+  if (o_part != nullptr && !split_range(kv_end, Tr::kKeys, kbeg, kend)) return;
 
   stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs, Tr::kStride);
 
@@ -191,19 +181,11 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
   float* ms = os + Tr::kRows * Tr::kOStride;
   float* ls = ms + Tr::kRows;
 
-  const int kvh = blockIdx.y;
-  const int total_rows = g.T * g.group;
-  const int row_block = gridDim.x - 1 - blockIdx.x;  // longest rows first
-  const int r0 = row_block * Tr::kRows;
-  const int pos0 = first_position(g);
-  const int kv_end = pos0 + (min(r0 + Tr::kRows, total_rows) - 1) / g.group + 1;
+  const RowTile tile = row_tile<Tr::kRows>(g);
+  const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
+  const int kv_end = tile.kv_end;
   int kbeg = 0, kend = kv_end;  // decode (o_part set, T = 1): this split's keys only
-  if (o_part != nullptr) {
-    const int per = split_keys(kv_end, gridDim.z, Tr::kKeys);
-    kbeg = blockIdx.z * per;
-    if (kbeg >= kv_end) return;
-    kend = min(kv_end, kbeg + per);
-  }
+  if (o_part != nullptr && !split_range(kv_end, Tr::kKeys, kbeg, kend)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   cp_async_q_tile<D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, vs);
@@ -316,74 +298,53 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
   }
 }
 
-class Flash1Attention final : public AttentionOp {
- public:
-  explicit Flash1Attention(const AttentionRequest& r) : request_(r) {}
-  const char* name() const override {
-    return request_.device_position ? "cuda-flash1-device-position" : "cuda-flash1";
-  }
+// Both kernels' shared memory leaves room for two blocks an SM.
+constexpr int kBlocksPerSm = 2;
 
-  Status forward(const AttentionArgs& a) override {
-    KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
-    const Geometry g = make_geometry(a, request_.device_position);
-    return with_instantiation(request_.dtype, request_.head_dim, [&](auto tt, auto dt) -> Status {
-      using T = typename decltype(tt)::type;
-      constexpr int D = decltype(dt)::value;
-      if constexpr (std::is_same_v<T, half>) {
-        using Tr = Flash1TcTraits<D>;
-        KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash1_tc_kernel<D>>(Tr::kSharedBytes)));
-        return run<T, D, Tr>(a, g, [&](dim3 grid, float* o_part, float2* ml_part) {
-          flash1_tc_kernel<D><<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
-              a.q.data<half>(), a.k_cache.data<half>(), a.v_cache.data<half>(), a.out.data<half>(),
-              o_part, ml_part, g);
-          return cuda::check(cudaGetLastError(), "flash1_tc_kernel");
-        });
-      } else {
-        using Tr = Flash1Traits<D>;
-        KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash1_kernel<T, D>>(Tr::kSharedBytes)));
-        return run<T, D, Tr>(a, g, [&](dim3 grid, float* o_part, float2* ml_part) {
-          flash1_kernel<T, D><<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
-              a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(), a.out.data<T>(), o_part,
-              ml_part, g);
-          return cuda::check(cudaGetLastError(), "flash1_kernel");
-        });
-      }
-    });
+// Prefill: one launch of kKernel over (row blocks, kv heads). Decode: the same kernel over KV
+// splits (grid z) into partials, then combine_splits.
+template <auto kKernel, typename Tr, typename T, int D>
+Status launch_flash1(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
+                     AttentionBuffers& buffers, const char* what) {
+  KUIPER_RETURN_IF_ERROR(allow_shared_memory<kKernel>(Tr::kSharedBytes));
+  auto launch = [&](dim3 grid, float* o_part, float2* ml_part) {
+    kKernel<<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
+        a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(), a.out.data<T>(), o_part, ml_part,
+        g);
+    return cuda::check(cudaGetLastError(), what);
+  };
+  const int row_blocks = (g.T * g.group + Tr::kRows - 1) / Tr::kRows;
+  if (r.phase == AttentionPhase::kPrefill) {
+    return launch(dim3(row_blocks, g.kv_heads, 1), nullptr, nullptr);
   }
-
- private:
-  // Prefill: one launch over (row blocks, kv heads). Decode: the same kernel over KV splits
-  // (grid z) into partials, then combine_splits.
-  template <typename T, int D, typename Tr, typename Launch>
-  Status run(const AttentionArgs& a, const Geometry& g, Launch&& launch) {
-    const int row_blocks = (g.T * g.group + Tr::kRows - 1) / Tr::kRows;
-    if (request_.phase == AttentionPhase::kPrefill) {
-      return launch(dim3(row_blocks, g.kv_heads, 1), nullptr, nullptr);
-    }
-    KUIPER_ASSIGN_OR_RETURN(const int splits, decode_split_count(request_, g, row_blocks * g.kv_heads,
-                                                                 Tr::kKeys, kBlocksPerSm));
-    const size_t slots = static_cast<size_t>(g.heads) * splits;
-    KUIPER_ASSIGN_OR_RETURN(float* o_part, o_scratch_.floats(slots * D));
-    KUIPER_ASSIGN_OR_RETURN(float* ml, ml_scratch_.floats(slots * 2));
-    float2* ml_part = reinterpret_cast<float2*>(ml);
-    KUIPER_RETURN_IF_ERROR(launch(dim3(row_blocks, g.kv_heads, splits), o_part, ml_part));
-    combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
-        o_part, ml_part, a.out.data<T>(), g, splits, Tr::kKeys);
-    KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
-    return Status::Ok();
-  }
-
-  // Both kernels' shared memory leaves room for two blocks an SM.
-  static constexpr int kBlocksPerSm = 2;
-  AttentionRequest request_;
-  Scratch o_scratch_;
-  Scratch ml_scratch_;
-};
+  KUIPER_ASSIGN_OR_RETURN(const int splits, decode_split_count(r, g, row_blocks * g.kv_heads,
+                                                               Tr::kKeys, kBlocksPerSm));
+  const size_t slots = static_cast<size_t>(g.heads) * splits;
+  KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
+  KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
+  float2* ml_part = reinterpret_cast<float2*>(ml);
+  KUIPER_RETURN_IF_ERROR(launch(dim3(row_blocks, g.kv_heads, splits), o_part, ml_part));
+  combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
+      o_part, ml_part, a.out.data<T>(), g, splits, Tr::kKeys);
+  KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
+  return Status::Ok();
+}
 
 }  // namespace
 
-Result<std::unique_ptr<AttentionOp>> make_flash1_attention(const AttentionRequest& request) {
-  return std::unique_ptr<AttentionOp>(new Flash1Attention(request));
+Status run_flash1(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
+                  AttentionBuffers& buffers) {
+  auto tensor_cores = [&](auto dt) {
+    constexpr int D = decltype(dt)::value;
+    return launch_flash1<flash1_tc_kernel<D>, Flash1TcTraits<D>, half, D>(a, g, r, buffers,
+                                                                         "flash1_tc_kernel");
+  };
+  auto simt = [&](auto dt) {
+    constexpr int D = decltype(dt)::value;
+    return launch_flash1<flash1_kernel<float, D>, Flash1Traits<D>, float, D>(a, g, r, buffers,
+                                                                            "flash1_kernel");
+  };
+  return by_element_type(r, tensor_cores, simt);
 }
 
 }  // namespace kuiper::op::cuda_attention

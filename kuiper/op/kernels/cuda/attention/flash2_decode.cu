@@ -57,6 +57,28 @@ __device__ __forceinline__ void load_slices(const T* cache, const Geometry& g, i
   }
 }
 
+// Calls f(key, slice) for the lane's slice (kElems floats) of each of its keys, kSteps of them,
+// kBatch loads in flight at a time. The first batch must already be in `raw` (loaded ahead so
+// that it overlaps other work); rows past the context are zeros.
+template <typename T, int D, typename F>
+__device__ __forceinline__ void for_each_slice(const T* cache, const Geometry& g, int kvh,
+                                               int lane_key0, int len, int part,
+                                               uint4 (&raw)[DecodeTraits<T, D>::kBatch]
+                                                           [DecodeTraits<T, D>::kWords],
+                                               F&& f) {
+  using Tr = DecodeTraits<T, D>;
+#pragma unroll
+  for (int b = 0; b < Tr::kSteps; b += Tr::kBatch) {
+    if (b > 0) load_slices<T, D>(cache, g, kvh, lane_key0 + b * Tr::kKeysPerStep, len, part, raw);
+#pragma unroll
+    for (int i = 0; i < Tr::kBatch; ++i) {
+      float x[Tr::kElems];
+      unpack_slice<T>(raw[i], x);
+      f(lane_key0 + (b + i) * Tr::kKeysPerStep, x);
+    }
+  }
+}
+
 // G: query heads per block, the GQA group rounded up to a power of two (at most 8), so a lane
 // holds q and output slices for exactly the heads it serves.
 template <typename T, int D, int G>
@@ -93,26 +115,18 @@ __global__ void __launch_bounds__(kSplitThreads)
   }
 
   // Scores.
+  for_each_slice<T, D>(k, g, kvh, lane_key0, len, part, raw, [&](int key, const float* kv) {
 #pragma unroll
-  for (int b = 0; b < Tr::kSteps; b += Tr::kBatch) {
-    if (b > 0) load_slices<T, D>(k, g, kvh, lane_key0 + b * Tr::kKeysPerStep, len, part, raw);
+    for (int gi = 0; gi < G; ++gi) {
+      if (gi < ng) {  // block-uniform: every lane joins the shuffles
+        float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < Tr::kBatch; ++i) {
-      const int key = lane_key0 + (b + i) * Tr::kKeysPerStep;
-      float kv[Tr::kElems];
-      unpack_slice<T>(raw[i], kv);
-#pragma unroll
-      for (int gi = 0; gi < G; ++gi) {
-        if (gi < ng) {  // block-uniform: every lane joins the shuffles
-          float s = 0.0f;
-#pragma unroll
-          for (int e = 0; e < Tr::kElems; ++e) s += qv[gi][e] * kv[e];
-          s = group_sum<Tr::kLanesPerKey>(s);
-          if (part == 0) scores[gi][key - key0] = key < len ? s : -INFINITY;
-        }
+        for (int e = 0; e < Tr::kElems; ++e) s += qv[gi][e] * kv[e];
+        s = group_sum<Tr::kLanesPerKey>(s);
+        if (part == 0) scores[gi][key - key0] = key < len ? s : -INFINITY;
       }
     }
-  }
+  });
   load_slices<T, D>(v, g, kvh, lane_key0, len, part, raw);  // V in flight during the softmax
   __syncthreads();
 
@@ -140,24 +154,16 @@ __global__ void __launch_bounds__(kSplitThreads)
 
   // P·V with the same lane layout; each lane accumulates its row slice for every head.
   float o[G][Tr::kElems] = {};
+  for_each_slice<T, D>(v, g, kvh, lane_key0, len, part, raw, [&](int key, const float* vv) {
 #pragma unroll
-  for (int b = 0; b < Tr::kSteps; b += Tr::kBatch) {
-    if (b > 0) load_slices<T, D>(v, g, kvh, lane_key0 + b * Tr::kKeysPerStep, len, part, raw);
+    for (int gi = 0; gi < G; ++gi) {
+      if (gi < ng) {
+        const float p = scores[gi][key - key0];
 #pragma unroll
-    for (int i = 0; i < Tr::kBatch; ++i) {
-      const int key = lane_key0 + (b + i) * Tr::kKeysPerStep;
-      float vv[Tr::kElems];
-      unpack_slice<T>(raw[i], vv);
-#pragma unroll
-      for (int gi = 0; gi < G; ++gi) {
-        if (gi < ng) {
-          const float p = scores[gi][key - key0];
-#pragma unroll
-          for (int e = 0; e < Tr::kElems; ++e) o[gi][e] += p * vv[e];
-        }
+        for (int e = 0; e < Tr::kElems; ++e) o[gi][e] += p * vv[e];
       }
     }
-  }
+  });
   // Lanes holding the same slice of different keys: fold them, then fold the warps.
 #pragma unroll
   for (int gi = 0; gi < G; ++gi) {
@@ -441,14 +447,14 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
 // not apply), then combine_splits.
 template <typename T, int D>
 Status launch_decode_split(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
-                           Flash2DecodeBuffers& buffers) {
+                           AttentionBuffers& buffers) {
   const int splits = (g.max_ctx + kChunk - 1) / kChunk;
   const int used = r.device_position ? splits : (g.start + kChunk) / kChunk;
   const dim3 grid(used, g.kv_heads, (g.group + kMaxGroupPerBlock - 1) / kMaxGroupPerBlock);
   // Partials for every split: fixed per op and cache, so the same buffers serve every step.
   const size_t slots = static_cast<size_t>(g.heads) * splits;
-  KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.o_part.floats(slots * D));
-  KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.ml_part.floats(slots * 2));
+  KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
+  KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
   float2* ml_part = reinterpret_cast<float2*>(ml);
   auto launch = [&](auto kernel) {
     kernel<<<grid, kSplitThreads, 0, cuda::stream()>>>(a.q.data<T>(), a.k_cache.data<T>(),
@@ -468,7 +474,7 @@ Status launch_decode_split(const AttentionArgs& a, const Geometry& g, const Atte
 
 // Zeroed int counters, one per (kv head, head group) of the fused decode; each launch leaves
 // them at zero again.
-Result<int*> arrival_counters(Flash2DecodeBuffers& buffers, size_t n) {
+Result<int*> arrival_counters(AttentionBuffers& buffers, size_t n) {
   if (n > buffers.arrivals_capacity) {
     KUIPER_ASSIGN_OR_RETURN(buffers.arrivals, Tensor::empty({static_cast<int64_t>(n)},
                                                             DataType::kInt32, DeviceType::kCuda));
@@ -486,7 +492,7 @@ Result<int*> arrival_counters(Flash2DecodeBuffers& buffers, size_t n) {
 // captured launch replays at any position.
 template <int D>
 Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
-                        Flash2DecodeBuffers& buffers) {
+                        AttentionBuffers& buffers) {
   using Tr = DecodeTcTraits<D>;
   const int head_groups = (g.group + Tr::kHeads - 1) / Tr::kHeads;
   const int units = g.kv_heads * head_groups;
@@ -501,8 +507,8 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
                     std::to_string(units) + " (kv head, head group) units, context " +
                     std::to_string(ctx));
   const size_t slots = static_cast<size_t>(g.heads) * grid;
-  KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.o_part.floats(slots * D));
-  KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.ml_part.floats(slots * 2));
+  KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
+  KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
   KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<D>>(Tr::kSharedBytes)));
   KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(buffers, units));
   // PDL: what the kernel may read before its wait is in the kernel.
@@ -515,15 +521,9 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
 }  // namespace
 
 Status launch_flash2_decode(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
-                            Flash2DecodeBuffers& buffers) {
-  return with_instantiation(r.dtype, r.head_dim, [&](auto tt, auto dt) -> Status {
-    using T = typename decltype(tt)::type;
-    constexpr int D = decltype(dt)::value;
-    if constexpr (std::is_same_v<T, half>) {
-      return launch_decode_tc<D>(a, g, r, buffers);
-    } else {
-      return launch_decode_split<T, D>(a, g, r, buffers);
-    }
-  });
+                            AttentionBuffers& buffers) {
+  return by_element_type(
+      r, [&](auto dt) { return launch_decode_tc<decltype(dt)::value>(a, g, r, buffers); },
+      [&](auto dt) { return launch_decode_split<float, decltype(dt)::value>(a, g, r, buffers); });
 }
 }  // namespace kuiper::op::cuda_attention

@@ -26,12 +26,9 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads)
   float* vs = ks + Tr::kKeys * Tr::kKStride;
   float* ps_all = vs + Tr::kKeys * D;
 
-  const int kvh = blockIdx.y;
-  const int total_rows = g.T * g.group;
-  const int row_block = gridDim.x - 1 - blockIdx.x;  // longest rows first: a shorter tail
-  const int r0 = row_block * Tr::kRows;
-  const int pos0 = first_position(g);
-  const int kv_end = pos0 + (min(r0 + Tr::kRows, total_rows) - 1) / g.group + 1;
+  const RowTile tile = row_tile<Tr::kRows>(g);
+  const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
+  const int kv_end = tile.kv_end;
 
   stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs, D);
 
@@ -124,12 +121,9 @@ __global__ void __launch_bounds__(PrefillTcTraits<D>::kThreads)
   half* ks = qs + Tr::kRows * D;
   half* vs = ks + 2 * Tr::kKeys * D;
 
-  const int kvh = blockIdx.y;
-  const int total_rows = g.T * g.group;
-  const int row_block = gridDim.x - 1 - blockIdx.x;  // longest rows first
-  const int r0 = row_block * Tr::kRows;
-  const int pos0 = first_position(g);
-  const int kv_end = pos0 + (min(r0 + Tr::kRows, total_rows) - 1) / g.group + 1;
+  const RowTile tile = row_tile<Tr::kRows>(g);
+  const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
+  const int kv_end = tile.kv_end;
   const int n_tiles = (kv_end + Tr::kKeys - 1) / Tr::kKeys;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
@@ -222,18 +216,17 @@ Status launch_prefill(const AttentionArgs& a, const Geometry& g, const char* wha
 }  // namespace
 
 Status launch_flash2_prefill(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r) {
-  return with_instantiation(r.dtype, r.head_dim, [&](auto tt, auto dt) -> Status {
-    using T = typename decltype(tt)::type;
+  auto tensor_cores = [&](auto dt) {
     constexpr int D = decltype(dt)::value;
-    if constexpr (std::is_same_v<T, half>) {
-      return launch_prefill<flash2_prefill_tc<D>, PrefillTcTraits<D>, half>(a, g,
-                                                                           "flash2_prefill_tc");
-    } else {
-      // fp32 stays on SIMT: tensor cores would round its operands to tf32 (10-bit mantissa),
-      // outside what an fp32 path promises.
-      return launch_prefill<flash2_prefill<T, D>, PrefillTraits<D>, T>(a, g, "flash2_prefill");
-    }
-  });
+    return launch_prefill<flash2_prefill_tc<D>, PrefillTcTraits<D>, half>(a, g,
+                                                                         "flash2_prefill_tc");
+  };
+  auto simt = [&](auto dt) {
+    constexpr int D = decltype(dt)::value;
+    return launch_prefill<flash2_prefill<float, D>, PrefillTraits<D>, float>(a, g,
+                                                                            "flash2_prefill");
+  };
+  return by_element_type(r, tensor_cores, simt);
 }
 
 }  // namespace kuiper::op::cuda_attention

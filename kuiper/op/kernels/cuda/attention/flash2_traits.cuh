@@ -94,19 +94,10 @@ struct DecodeTcTraits {
   // SMs (decode_partition.h says why not all of them).
 };
 
-// ---- the phases' launchers, called by the op (flash2.cu) ----
-
-// Device buffers a decode op keeps between calls: allocated on the first call (before any graph
-// capture), then reused, so every step's launches are the same.
-struct Flash2DecodeBuffers {
-  Scratch o_part;
-  Scratch ml_part;
-  Tensor arrivals;  // fp16: one zeroed int counter per (kv head, head group)
-  size_t arrivals_capacity = 0;
-};
+// ---- the phases' launchers, called by run_flash2 (flash2.cu) ----
 
 Status launch_flash2_prefill(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r);
 Status launch_flash2_decode(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
-                            Flash2DecodeBuffers& buffers);
+                            AttentionBuffers& buffers);
 
 }  // namespace kuiper::op::cuda_attention

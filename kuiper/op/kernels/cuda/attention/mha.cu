@@ -13,7 +13,7 @@
 // Device-position decode sizes the score grid for the whole cache; tiles past the position exit.
 #include <algorithm>
 
-#include "kuiper/op/kernels/cuda/attention/common.cuh"
+#include "kuiper/op/kernels/cuda/attention/ops.cuh"
 
 namespace kuiper::op::cuda_attention {
 namespace {
@@ -111,50 +111,33 @@ __global__ void __launch_bounds__(kThreads) mha_softmax_pv(const T* __restrict__
   }
 }
 
-class MhaAttention final : public AttentionOp {
- public:
-  explicit MhaAttention(const AttentionRequest& r) : request_(r) {}
-  const char* name() const override {
-    return request_.device_position ? "cuda-mha-device-position" : "cuda-mha";
-  }
-
-  Status forward(const AttentionArgs& a) override {
-    KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
-    const Geometry g = make_geometry(a, request_.device_position);
-    const int rows_cap = rows_per_pass(g);
-    KUIPER_ASSIGN_OR_RETURN(float* scores,
-                            scratch_.floats(static_cast<size_t>(rows_cap) * g.heads * g.max_ctx));
-    return with_instantiation(request_.dtype, request_.head_dim, [&](auto tt, auto dt) -> Status {
-      using T = typename decltype(tt)::type;
-      constexpr int D = decltype(dt)::value;
-      const T* q = a.q.data<T>();
-      const T* k = a.k_cache.data<T>();
-      const T* v = a.v_cache.data<T>();
-      T* out = a.out.data<T>();
-      for (int row0 = 0; row0 < g.T; row0 += rows_cap) {
-        const int rows = std::min(rows_cap, g.T - row0);
-        // Keys the last query of the pass sees; device-position decode covers the whole cache.
-        const int keys = request_.device_position ? g.max_ctx : g.start + row0 + rows;
-        const dim3 score_grid((keys + kKeysPerBlock - 1) / kKeysPerBlock, g.heads, rows);
-        mha_scores<T, D><<<score_grid, kThreads, 0, cuda::stream()>>>(q, k, scores, g, row0);
-        KUIPER_CUDA_CHECK_LAUNCH("mha_scores");
-        mha_softmax_pv<T, D>
-            <<<dim3(g.heads, rows), kThreads, 0, cuda::stream()>>>(v, scores, out, g, row0);
-        KUIPER_CUDA_CHECK_LAUNCH("mha_softmax_pv");
-      }
-      return Status::Ok();
-    });
-  }
-
- private:
-  AttentionRequest request_;
-  Scratch scratch_;
-};
-
 }  // namespace
 
-Result<std::unique_ptr<AttentionOp>> make_mha_attention(const AttentionRequest& request) {
-  return std::unique_ptr<AttentionOp>(new MhaAttention(request));
+Status run_mha(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
+               AttentionBuffers& buffers) {
+  const int rows_cap = rows_per_pass(g);
+  KUIPER_ASSIGN_OR_RETURN(float* scores, buffers.partials.floats(static_cast<size_t>(rows_cap) *
+                                                                 g.heads * g.max_ctx));
+  return with_instantiation(r.dtype, r.head_dim, [&](auto tt, auto dt) -> Status {
+    using T = typename decltype(tt)::type;
+    constexpr int D = decltype(dt)::value;
+    const T* q = a.q.data<T>();
+    const T* k = a.k_cache.data<T>();
+    const T* v = a.v_cache.data<T>();
+    T* out = a.out.data<T>();
+    for (int row0 = 0; row0 < g.T; row0 += rows_cap) {
+      const int rows = std::min(rows_cap, g.T - row0);
+      // Keys the last query of the pass sees; device-position decode covers the whole cache.
+      const int keys = r.device_position ? g.max_ctx : g.start + row0 + rows;
+      const dim3 score_grid((keys + kKeysPerBlock - 1) / kKeysPerBlock, g.heads, rows);
+      mha_scores<T, D><<<score_grid, kThreads, 0, cuda::stream()>>>(q, k, scores, g, row0);
+      KUIPER_CUDA_CHECK_LAUNCH("mha_scores");
+      mha_softmax_pv<T, D>
+          <<<dim3(g.heads, rows), kThreads, 0, cuda::stream()>>>(v, scores, out, g, row0);
+      KUIPER_CUDA_CHECK_LAUNCH("mha_softmax_pv");
+    }
+    return Status::Ok();
+  });
 }
 
 }  // namespace kuiper::op::cuda_attention

@@ -75,6 +75,17 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c0 += a * (b0, b1), c1 += a * (b2, b3) for the four 8x8 matrices b of shared address addr: two
+// adjacent 8-column fragments of one product.
+template <bool kTrans>
+__device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                         uint32_t addr) {
+  uint32_t b[4];
+  ldmatrix_x4<kTrans>(b, addr);
+  mma_16816(c0, a, b[0], b[1]);
+  mma_16816(c1, a, b[2], b[3]);
+}
+
 // Copies the query rows [r0, r0 + kRows) of kv head `kvh` into a swizzled shared tile by
 // cp.async (not committed), row r being query r / group of head kvh * group + r % group; rows
 // past the last query are zero-filled.
@@ -117,15 +128,13 @@ template <int D, int kKeys>
 __device__ __forceinline__ void mma_qk(float (&s)[kKeys / 8][4], const uint32_t (&qf)[D / 16][4],
                                        const half* kt, int key_row0) {
   const int lane = threadIdx.x % 32;
+  const int row = key_row0 + lane % 8 + (lane / 16) * 8, chunk = (lane / 8) % 2;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
     for (int np = 0; np < kKeys / 16; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4(b, swizzled<D>(kt, key_row0 + np * 16 + lane % 8 + (lane / 16) * 8,
-                                 kk * 2 + (lane / 8) % 2));
-      mma_16816(s[2 * np], qf[kk], b[0], b[1]);
-      mma_16816(s[2 * np + 1], qf[kk], b[2], b[3]);
+      mma_pair<false>(s[2 * np], s[2 * np + 1], qf[kk],
+                      swizzled<D>(kt, row + np * 16, kk * 2 + chunk));
     }
   }
 }
@@ -144,11 +153,9 @@ __device__ __forceinline__ void mma_pv(float (&o)[D / 8][4], const float (&p)[kK
                            pack_half2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
     for (int np = 0; np < D / 16; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4<true>(b, swizzled<D>(vt, key_row0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
-                                       np * 2 + lane / 16));
-      mma_16816(o[2 * np], a, b[0], b[1]);
-      mma_16816(o[2 * np + 1], a, b[2], b[3]);
+      mma_pair<true>(o[2 * np], o[2 * np + 1], a,
+                     swizzled<D>(vt, key_row0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
+                                 np * 2 + lane / 16));
     }
   }
 }

@@ -21,6 +21,15 @@ __host__ __device__ __forceinline__ int split_keys(int len, int splits, int gran
   return rounded > granularity ? rounded : granularity;
 }
 
+// The keys [kbeg, kend) of split blockIdx.z of gridDim.z over kv_end keys; false when the split
+// holds none (splits past the context exit at once).
+__device__ __forceinline__ bool split_range(int kv_end, int granularity, int& kbeg, int& kend) {
+  const int per = split_keys(kv_end, gridDim.z, granularity);
+  kbeg = blockIdx.z * per;
+  kend = min(kv_end, kbeg + per);
+  return kbeg < kv_end;
+}
+
 // out = sum_c o_c * 2^(m_c - M) / sum_c l_c * 2^(m_c - M) over the splits c that hold keys:
 // o_c is split c's unnormalised output (sum_j 2^(s_j - m_c) v_j), (m_c, l_c) its maximum and
 // exponential sum, at slot head * max_splits + c. A block per head: each slice of D / 4 threads
