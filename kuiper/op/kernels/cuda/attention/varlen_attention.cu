@@ -2,6 +2,7 @@
 // tower. Activations fp32 or fp16, arithmetic fp32.
 #include <cmath>
 
+#include "kuiper/op/kernels/cuda/attention/softmax_state.cuh"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 
@@ -9,11 +10,15 @@ namespace kuiper::cuda {
 
 namespace {
 
+using op::cuda_attention::fast_exp2;
+using op::cuda_attention::SoftmaxState;
+
 // ---- Attention over packed sequences ----
 //
 // A block holds kQueries consecutive query rows of one head, one warp each. It walks the keys of
 // the sequences its queries belong to in tiles of 32 staged in shared memory (fp32), and each
-// warp keeps an online softmax (running max m, denominator l, output accumulator): lane j scores
+// warp keeps an online softmax (SoftmaxState, scores in the log2 domain; the output accumulator
+// beside it): lane j scores
 // key j of the tile, then every lane adds the tile's weighted values to the output dimensions it
 // owns (lane, lane + 32, ...). Memory is O(tile), whatever the sequence length. A key outside a
 // query's own sequence gets weight 0, so a block straddling two images stays exact.
@@ -44,7 +49,7 @@ __global__ void __launch_bounds__(kQueries * 32)
   const int k_stride = d | 1;  // odd: lane j reading key row j hits bank (j * stride + c) % 32
   float* ks = smem;                     // [kKeyTile][k_stride]
   float* vs = ks + kKeyTile * k_stride;  // [kKeyTile][d]
-  float* qs = vs + kKeyTile * d;        // [kQueries][d], pre-scaled
+  float* qs = vs + kKeyTile * d;        // [kQueries][d], pre-scaled (log2 domain)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head = blockIdx.y;
   const int64_t width = static_cast<int64_t>(heads) * d;
@@ -61,7 +66,8 @@ __global__ void __launch_bounds__(kQueries * 32)
   if (active) {
     for (int c = lane; c < d; c += 32) qs[warp * d + c] = to_float(q[t * width + head * d + c]) * scale;
   }
-  float m = -INFINITY, l = 0.0f, acc[kMaxPerLane];
+  SoftmaxState st;
+  float acc[kMaxPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) acc[i] = 0.0f;
 
@@ -87,12 +93,11 @@ __global__ void __launch_bounds__(kQueries * 32)
     }
     const float tile_max = warp_max(s);
     if (tile_max == -INFINITY) continue;  // no key of this tile is in the query's sequence
-    const float m_new = fmaxf(m, tile_max);
-    const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
-    const float correction = expf(m - m_new);  // 0 while m is still -inf
-    l = l * correction + warp_sum(p);
+    const float alpha = st.raise_max(tile_max);  // 0 while m is still -inf
+    const float p = fast_exp2(s - st.m);          // 0 for s = -inf
+    st.accumulate(alpha, warp_sum(p));
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) acc[i] *= correction;
+    for (int i = 0; i < kMaxPerLane; ++i) acc[i] *= alpha;
     for (int j = 0; j < n; ++j) {
       const float pj = __shfl_sync(0xffffffffu, p, j);
       const float* vr = vs + j * d;
@@ -102,10 +107,9 @@ __global__ void __launch_bounds__(kQueries * 32)
         if (c < d) acc[i] += pj * vr[c];
       }
     }
-    m = m_new;
   }
   if (!active) return;
-  const float inv = 1.0f / l;
+  const float inv = 1.0f / st.l;
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) {
     const int c = lane + 32 * i;
@@ -126,7 +130,8 @@ Status varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const int k_stride = static_cast<int>(d) | 1;
   const size_t smem = sizeof(float) * (kKeyTile * k_stride + kKeyTile * d + kQueries * d);
   const dim3 grid(blocks_for(T, kQueries), static_cast<unsigned>(heads));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  // log2(e) / sqrt(d): scores in the log2 domain, each exponential one ex2.
+  const float scale = 1.4426950408889634f / std::sqrt(static_cast<float>(d));
   return visit_activation(q.dtype(), [&](auto tag) {
     using TX = typename decltype(tag)::type;
     varlen_attention_kernel<TX><<<grid, kQueries * 32, smem, stream()>>>(
