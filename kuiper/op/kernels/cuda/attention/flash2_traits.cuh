@@ -1,7 +1,7 @@
 // The shapes of the FlashAttention-2 kernels, one traits struct per kernel (FlashAttention's
 // kernel_traits.h is the model): tile sizes, threads and shared memory, with the measurements
-// that chose them. The kernels are in flash2_prefill.cu and flash2_decode.cu, the op that
-// launches them in flash2.cu.
+// that chose them. The kernels are in flash2_prefill.cu and flash2_decode.cu, the launcher that
+// picks the phase in flash2.cu.
 #pragma once
 
 #include <cuda_fp16.h>
