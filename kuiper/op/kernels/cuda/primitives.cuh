@@ -111,13 +111,13 @@ inline Result<int> sm_count() {
 template <auto kKernel>
 Status allow_shared_memory(size_t bytes) {
   static PerDevice<bool> raised;
-  return raised
-      .get([bytes]() -> Result<bool> {
-        KUIPER_CUDA_CHECK(cudaFuncSetAttribute(
-            kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-        return true;
-      })
-      .status();
+  const Result<bool> done = raised.get([bytes]() -> Result<bool> {
+    KUIPER_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+    return true;
+  });
+  // A successful Result's status() is not Ok (it says "no value"): ask ok() first.
+  return done.ok() ? Status::Ok() : done.status();
 }
 
 // ---- programmatic dependent launch ----
