@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -324,53 +325,67 @@ TEST(AttentionDecodePartition, TilesTheWorkEvenly) {
 }
 
 #ifdef KUIPER_WITH_CUDA
-// A device-position decode step captured once and replayed at several positions, as the CUDA-graph
-// decode loop does: only the device position changes between replays.
+// A problem's q and caches on the device, out poisoned with NaN, and a device position tensor
+// (unset).
+AttentionArgs device_args(const Problem& p, DataType dtype) {
+  AttentionArgs args;
+  args.q = *to_device(p.q, dtype);
+  args.k_cache = *to_device(p.k, dtype);
+  args.v_cache = *to_device(p.v, dtype);
+  args.out = *nan_tensor(p.q.shape(), dtype);
+  args.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+  return args;
+}
+
+// Captures one decode step of a device-position op (after a warm-up call at max_pos, which
+// allocates its buffers outside the capture) and replays it at each position, as the CUDA-graph
+// decode loop does: only the device position changes between replays. Each replay is checked
+// against the CPU reference over the same cache prefix.
+void replay_at_positions(const AttentionRequest& request, int group, int max_pos,
+                         std::initializer_list<int32_t> positions) {
+  const DataType dtype = request.dtype;
+  auto op = make_attention(request);
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  const Problem& p = problem_for(dtype, static_cast<int>(request.head_dim), group, 1, max_pos);
+  AttentionArgs args = device_args(p, dtype);
+  int32_t* pos_dev = args.device_position.data<int32_t>();
+  cudaStream_t s = cuda::stream();
+  int32_t pos = max_pos;
+  ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_TRUE((*op)->forward(args).ok());
+  ASSERT_TRUE(sync().ok());
+
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  Status st = (*op)->forward(args);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st.message();
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int32_t at : positions) {
+    SCOPED_TRACE("position " + std::to_string(at));
+    pos = at;
+    ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+    ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_TRUE(sync().ok());
+    Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
+    cpu::attention(p.q, p.k, p.v, ref, at);
+    expect_close(*to_host_f32(args.out), ref, dtype);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// Every kind's device-position decode, captured once and replayed at several positions.
 TEST(CudaAttentionGraph, ReplaysAtAnyPosition) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int d = 128, group = 4, max_pos = 3000;
-  const DataType dtype = DataType::kFp16;
   for (AttentionKind kind :
        {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
     SCOPED_TRACE(attention_name(kind));
-    AttentionRequest request{kind, AttentionPhase::kDecode, dtype, DeviceType::kCuda, true, d};
-    auto op = make_attention(request);
-    ASSERT_TRUE(op.ok()) << op.status().message();
-    const Problem& p = problem_for(dtype, d, group, 1, max_pos);
-    AttentionArgs args;
-    args.q = *to_device(p.q, dtype);
-    args.k_cache = *to_device(p.k, dtype);
-    args.v_cache = *to_device(p.v, dtype);
-    args.out = *nan_tensor(p.q.shape(), dtype);
-    args.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
-    int32_t* pos_dev = args.device_position.data<int32_t>();
-    cudaStream_t s = cuda::stream();
-    int32_t pos = max_pos;
-    ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
-    ASSERT_TRUE((*op)->forward(args).ok());  // warm-up: allocates scratch outside the capture
-    ASSERT_TRUE(sync().ok());
-
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    Status st = (*op)->forward(args);
-    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-    ASSERT_TRUE(st.ok()) << st.message();
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-
-    // Each replay is checked against the CPU reference over the same cache prefix.
-    for (int32_t at : {5, 700, max_pos}) {
-      pos = at;
-      ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
-      ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
-      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-      ASSERT_TRUE(sync().ok());
-      Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
-      cpu::attention(p.q, p.k, p.v, ref, at);
-      expect_close(*to_host_f32(args.out), ref, dtype);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const AttentionRequest request{kind, AttentionPhase::kDecode, DataType::kFp16,
+                                   DeviceType::kCuda, true, 128};
+    replay_at_positions(request, 4, 3000, {5, 700, 3000});
   }
 }
 
@@ -380,52 +395,16 @@ TEST(CudaAttentionGraph, ReplaysAtAnyPosition) {
 // from each position.
 TEST(CudaAttentionGraph, Flash2BalancedPartitionReplays) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int d = 128, max_pos = 2999;
-  const DataType dtype = DataType::kFp16;
   for (int group : {4, 8, 16}) {
     for (int blocks : {0, 3, 5}) {
       for (bool pdl : {true, false}) {
         SCOPED_TRACE("group " + std::to_string(group) + " blocks " + std::to_string(blocks) +
                      (pdl ? " pdl" : " no pdl"));
-        AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
-                                 DeviceType::kCuda, true, d};
+        AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, DataType::kFp16,
+                                 DeviceType::kCuda, true, 128};
         request.decode_grid = blocks;
         request.pdl = pdl;
-        auto op = make_attention(request);
-        ASSERT_TRUE(op.ok()) << op.status().message();
-        const Problem& p = problem_for(dtype, d, group, 1, max_pos);
-        AttentionArgs args;
-        args.q = *to_device(p.q, dtype);
-        args.k_cache = *to_device(p.k, dtype);
-        args.v_cache = *to_device(p.v, dtype);
-        args.out = *nan_tensor(p.q.shape(), dtype);
-        args.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
-        int32_t* pos_dev = args.device_position.data<int32_t>();
-        cudaStream_t s = cuda::stream();
-        int32_t pos = max_pos;
-        ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
-        ASSERT_TRUE((*op)->forward(args).ok());
-        ASSERT_TRUE(sync().ok());
-        cudaGraph_t graph;
-        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-        Status st = (*op)->forward(args);
-        ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-        ASSERT_TRUE(st.ok()) << st.message();
-        cudaGraphExec_t exec;
-        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-        for (int32_t at : {0, 1, 2, 62, 63, 64, 128, 777, max_pos, 5}) {
-          SCOPED_TRACE("position " + std::to_string(at));
-          pos = at;
-          ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
-          ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
-          ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-          ASSERT_TRUE(sync().ok());
-          Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
-          cpu::attention(p.q, p.k, p.v, ref, at);
-          expect_close(*to_host_f32(args.out), ref, dtype);
-        }
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
+        replay_at_positions(request, group, 2999, {0, 1, 2, 62, 63, 64, 128, 777, 2999, 5});
       }
     }
   }
@@ -445,12 +424,7 @@ TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
   auto second = make_attention(request);
   ASSERT_TRUE(first.ok() && second.ok());
   const Problem& p = problem_for(dtype, d, group, 1, at);
-  AttentionArgs a1;
-  a1.q = *to_device(p.q, dtype);
-  a1.k_cache = *to_device(p.k, dtype);
-  a1.v_cache = *to_device(p.v, dtype);
-  a1.out = *nan_tensor(p.q.shape(), dtype);
-  a1.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
+  AttentionArgs a1 = device_args(p, dtype);
   cudaStream_t s = cuda::stream();
   const int32_t pos = at;
   ASSERT_EQ(cudaMemcpyAsync(a1.device_position.data<int32_t>(), &pos, 4, cudaMemcpyHostToDevice, s),
@@ -617,12 +591,8 @@ TEST(CudaAttentionGraph, Flash2DecodeRereadsAPositionWrittenJustBefore) {
     row[1] = high;
     for (int i = 2; i < d; ++i) row[i] = p.v.data<float>()[i];  // row 0's values
   }
-  AttentionArgs a1;
-  a1.q = *to_device(p.q, dtype);
-  a1.k_cache = *to_device(p.k, dtype);
+  AttentionArgs a1 = device_args(p, dtype);
   a1.v_cache = *to_device(v1, dtype);
-  a1.out = *nan_tensor(p.q.shape(), dtype);
-  a1.device_position = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
   ASSERT_TRUE(kuiper::copy_bytes(a1.device_position.raw(), DeviceType::kCuda, &at,
                                  DeviceType::kCpu, 4).ok());
   AttentionArgs a2;
