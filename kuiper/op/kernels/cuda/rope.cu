@@ -21,18 +21,10 @@ __global__ void rope_kernel(TX* x, const int32_t* __restrict__ positions, InvFre
 }  // namespace
 
 Status rope(Tensor& x, const Tensor& positions, double theta) {
-  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
+  const int64_t d = x.dim(2);
   KUIPER_RETURN_IF_ERROR(check_rope_dim("rope", d));
-  if (T == 0) return Status::Ok();
-  const InvFreq inv_freq = make_inv_freq(theta, d, half);
-  return visit_activation(x.dtype(), [&](auto tag) {
-    using TX = typename decltype(tag)::type;
-    rope_kernel<TX><<<static_cast<unsigned>(T * heads), rope_threads(half), 0, stream()>>>(
-        x.data<TX>(), positions.data<int32_t>(), inv_freq, static_cast<int>(heads),
-        static_cast<int>(half));
-    KUIPER_CUDA_CHECK_LAUNCH("rope kernel");
-    return Status::Ok();
-  });
+  return launch_head_rows("rope kernel", x, positions, make_inv_freq(theta, d, d / 2),
+                          [](auto tag) { return rope_kernel<typename decltype(tag)::type>; });
 }
 
 }  // namespace kuiper::cuda

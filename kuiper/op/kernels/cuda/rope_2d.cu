@@ -25,18 +25,10 @@ __global__ void rope_2d_kernel(TX* x, const int32_t* __restrict__ positions, Inv
 }  // namespace
 
 Status rope_2d(Tensor& x, const Tensor& positions, double theta) {
-  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
+  const int64_t d = x.dim(2);
   KUIPER_RETURN_IF_ERROR(check_rope_dim("rope_2d", d));
-  if (T == 0) return Status::Ok();
-  const InvFreq freq = make_inv_freq(theta, half, d / 4);
-  return visit_activation(x.dtype(), [&](auto tag) {
-    using TX = typename decltype(tag)::type;
-    rope_2d_kernel<TX><<<static_cast<unsigned>(T * heads), rope_threads(half), 0, stream()>>>(
-        x.data<TX>(), positions.data<int32_t>(), freq, static_cast<int>(heads),
-        static_cast<int>(half));
-    KUIPER_CUDA_CHECK_LAUNCH("rope_2d kernel");
-    return Status::Ok();
-  });
+  return launch_head_rows("rope_2d kernel", x, positions, make_inv_freq(theta, d / 2, d / 4),
+                          [](auto tag) { return rope_2d_kernel<typename decltype(tag)::type>; });
 }
 
 }  // namespace kuiper::cuda

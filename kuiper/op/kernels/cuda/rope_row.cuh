@@ -8,6 +8,7 @@
 
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/rope_math.h"
+#include "kuiper/tensor/tensor.h"
 
 namespace kuiper::cuda {
 
@@ -51,6 +52,23 @@ __device__ __forceinline__ void rotate_half_row(TX* v, int half, AngleOf angle_o
 // Threads for a block rotating one head row: a warp multiple covering the pairs, at most 256.
 inline int rope_threads(int64_t half) {
   return static_cast<int>(std::min<int64_t>(256, (half + 31) / 32 * 32));
+}
+
+// Launches kernel_of(TypeTag<TX>{}) — a kernel (TX* x, const int32_t* positions, InvFreq, int
+// heads, int half) — over x [T, heads, d] in x's activation type, one block per (token, head).
+template <typename KernelOf>
+Status launch_head_rows(const char* name, Tensor& x, const Tensor& positions,
+                        const InvFreq& freq, KernelOf kernel_of) {
+  const int64_t T = x.dim(0), heads = x.dim(1), half = x.dim(2) / 2;
+  if (T == 0) return Status::Ok();
+  return visit_activation(x.dtype(), [&](auto tag) {
+    using TX = typename decltype(tag)::type;
+    kernel_of(tag)<<<static_cast<unsigned>(T * heads), rope_threads(half), 0, stream()>>>(
+        x.data<TX>(), positions.data<int32_t>(), freq, static_cast<int>(heads),
+        static_cast<int>(half));
+    KUIPER_CUDA_CHECK_LAUNCH(name);
+    return Status::Ok();
+  });
 }
 
 }  // namespace kuiper::cuda
