@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "kuiper/base/allocator.h"
+#include "kuiper/base/device_graph.h"
 #include "kuiper/op/attention.h"
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
 #include "kuiper/op/kernels/cuda/attention/decode_partition.h"
 #include "kuiper/op/ops.h"
+#include "support/assertions.h"
 
 #ifdef KUIPER_WITH_CUDA
 #include <cuda_runtime.h>
@@ -355,26 +357,19 @@ void replay_at_positions(const AttentionRequest& request, int group, int max_pos
   ASSERT_TRUE((*op)->forward(args).ok());
   ASSERT_TRUE(sync().ok());
 
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  Status st = (*op)->forward(args);
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  ASSERT_TRUE(st.ok()) << st.message();
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  Result<DeviceGraph> graph = DeviceGraph::capture([&] { return (*op)->forward(args); });
+  ASSERT_OK(graph);
   for (int32_t at : positions) {
     SCOPED_TRACE("position " + std::to_string(at));
     pos = at;
     ASSERT_EQ(cudaMemcpyAsync(pos_dev, &pos, 4, cudaMemcpyHostToDevice, s), cudaSuccess);
     ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)).ok());
-    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_OK(graph->replay());
     ASSERT_TRUE(sync().ok());
     Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
     cpu::attention(p.q, p.k, p.v, ref, at);
     expect_close(*to_host_f32(args.out), ref, dtype);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // Every kind's device-position decode, captured once and replayed at several positions.
@@ -450,22 +445,17 @@ TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
     ASSERT_TRUE(sync().ok());
     check();
   }
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  Status st1 = (*first)->forward(a1);
-  Status st2 = (*second)->forward(a2);
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  ASSERT_TRUE(st1.ok() && st2.ok()) << st1.message() << st2.message();
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  Result<DeviceGraph> graph = DeviceGraph::capture([&]() -> Status {
+    KUIPER_RETURN_IF_ERROR((*first)->forward(a1));
+    return (*second)->forward(a2);
+  });
+  ASSERT_OK(graph);
   for (int run = 0; run < 3; ++run) {
     poison();
-    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_OK(graph->replay());
     ASSERT_TRUE(sync().ok());
     check();
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // Runs `launch` eagerly three times, then captured in a graph and replayed three times; before
@@ -479,23 +469,15 @@ void eager_then_graph(Prepare prepare, Launch launch, Check check) {
     ASSERT_TRUE(sync().ok());
     check();
   }
-  cudaStream_t s = cuda::stream();
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const Status st = launch();
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  ASSERT_TRUE(st.ok()) << st.message();
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  Result<DeviceGraph> graph = DeviceGraph::capture([&] { return launch(); });
+  ASSERT_OK(graph);
   for (int run = 0; run < 3; ++run) {
     SCOPED_TRACE("graph replay " + std::to_string(run));
     prepare();
-    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_OK(graph->replay());
     ASSERT_TRUE(sync().ok());
     check();
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // PDL, as in a decode step: qk_norm_rope_cache (launched with PDL, it lets the attention start

@@ -170,7 +170,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
       const double fill_s = seconds_since(t0);
       fill_total += fill_s;
       filled = ctx;
-      KUIPER_RETURN_IF_ERROR(status_of(decode_steps(ctx, 2)));  // warm-up (and graph capture)
+      KUIPER_RETURN_IF_ERROR(decode_steps(ctx, 2).status());  // warm-up (and graph capture)
       KUIPER_ASSIGN_OR_RETURN(double decode_s, repeated([&] { return decode_steps(ctx, FLAGS_gen); }));
       const double step_s = decode_s / FLAGS_gen;
       const double bytes = decode_bytes(c, elem, ctx + FLAGS_gen / 2.0);
@@ -234,7 +234,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
     };
     // Warm-up (workspace growth, cuBLAS heuristics for the shape) unless runs are long enough
     // for it not to matter.
-    if (prev_s < 2.0) KUIPER_RETURN_IF_ERROR(status_of(once()));
+    if (prev_s < 2.0) KUIPER_RETURN_IF_ERROR(once().status());
     KUIPER_ASSIGN_OR_RETURN(double s, repeated(once));
     const double flops = prefill_flops(c, len);
     const double attn = c.num_layers * causal_attention_flops(c.num_heads, c.head_dim, 0, len);

@@ -7,16 +7,12 @@
 #include <vector>
 
 #include "kuiper/base/cuda_runtime.h"
+#include "kuiper/base/device_graph.h"
 #include "kuiper/base/status.h"
 #include "tools/bench/flags.h"
 
 namespace kuiper::bench {
 
-// The Status of a Result: Ok when it holds a value (Result::status() is meant for failures).
-template <typename T>
-Status status_of(const Result<T>& r) {
-  return r.ok() ? Status::Ok() : r.status();
-}
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -53,10 +49,10 @@ Result<double> time_on_stream(Call&& call, bool graph = false) {
   cudaEvent_t start, stop;
   KUIPER_CUDA_CHECK(cudaEventCreate(&start));
   KUIPER_CUDA_CHECK(cudaEventCreate(&stop));
-  cudaGraphExec_t exec = nullptr;
+  DeviceGraph recorded;  // empty until `graph` captures a batch
   int index = 0;
   auto issue = [&](int n) -> Status {
-    if (exec != nullptr) return kuiper::cuda::check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    if (!recorded.empty()) return recorded.replay();
     for (int i = 0; i < n; ++i) KUIPER_RETURN_IF_ERROR(call(index++));
     return Status::Ok();
   };
@@ -69,22 +65,10 @@ Result<double> time_on_stream(Call&& call, bool graph = false) {
     KUIPER_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     return ms / 1e3 / n;
   };
-  // One batch captured (not run): a failure still ends the capture, or the stream stays unusable.
+  // One batch captured (not run), replayed by issue() from then on.
   auto capture = [&](int n) -> Status {
-    KUIPER_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const Status body = issue(n);
-    cudaGraph_t g = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(stream, &g);
-    if (!body.ok() || ended != cudaSuccess) {
-      (void)cudaGetLastError();
-      if (g != nullptr) (void)cudaGraphDestroy(g);
-      KUIPER_RETURN_IF_ERROR(body);
-      return kuiper::cuda::check(ended, "capturing the timed calls");
-    }
-    const cudaError_t made = cudaGraphInstantiate(&exec, g, 0);
-    (void)cudaGraphDestroy(g);
-    if (made != cudaSuccess) exec = nullptr;
-    return kuiper::cuda::check(made, "cudaGraphInstantiate (timed calls)");
+    KUIPER_ASSIGN_OR_RETURN(recorded, DeviceGraph::capture([&] { return issue(n); }));
+    return Status::Ok();
   };
   // A first call alone does the op's one-time setup (scratch allocation, kernel attributes),
   // which must not count in the batch that sizes the rest; then the size of one call.
@@ -95,17 +79,16 @@ Result<double> time_on_stream(Call&& call, bool graph = false) {
   const int batches = static_cast<int>(
       std::clamp(std::ceil(0.5 / std::max(per_call * inner, 1e-7)), 3.0, 25.0));
   std::vector<double> seconds;
-  Status status = status_of(first);
+  Status status = first.status();
   if (status.ok() && graph) {
     status = capture(inner);
-    if (status.ok()) status = status_of(batch(inner));  // the graph's first launch uploads it
+    if (status.ok()) status = batch(inner).status();  // the graph's first launch uploads it
   }
   for (int b = 0; b < batches && status.ok(); ++b) {
     Result<double> s = batch(inner);
     if (s.ok()) seconds.push_back(*s);
-    status = status_of(s);
+    status = s.status();
   }
-  if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
   (void)cudaEventDestroy(start);
   (void)cudaEventDestroy(stop);
   KUIPER_RETURN_IF_ERROR(status);
