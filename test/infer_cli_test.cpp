@@ -196,6 +196,21 @@ TEST_F(InferCli, SameSeedSameSample) {
   EXPECT_EQ(a["seed"], 77);
 }
 
+// The load summary is glog's at --v=1, one line, and absent from a normal run.
+TEST_F(InferCli, VerboseRunLogsTheLoadSummaryOnce) {
+  const std::string summary = "attention, max_context 4096, KV pool 1 x 4096 tokens";
+  const CliResult verbose = qwen3({"--prompt", "Hi", "--max-tokens", "2", "--v=1"});
+  ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
+  const size_t at = verbose.err.find(summary);
+  ASSERT_NE(at, std::string::npos) << verbose.err;
+  EXPECT_EQ(verbose.err.find(summary, at + 1), std::string::npos) << verbose.err;
+  EXPECT_NE(verbose.err.find("cpu, fp32 activations, flash2 attention"), std::string::npos)
+      << verbose.err;
+  const CliResult quiet = qwen3({"--prompt", "Hi", "--max-tokens", "2"});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find(summary), std::string::npos) << quiet.err;
+}
+
 TEST_F(InferCli, TextBatchGivesOneResultPerLine) {
   write("prompts.txt",
         "Hello! Who are you?\n\nWhat is 2+2?\nTell me a story.\n");
