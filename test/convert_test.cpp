@@ -13,6 +13,7 @@
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/paths.h"
+#include "support/tensors.h"
 
 namespace kuiper {
 namespace {
@@ -49,12 +50,7 @@ std::string convert_error(const std::string& hf_dir, const std::string& out,
 
 // The tensor's values as floats, whatever its dtype.
 std::vector<float> floats_of(const ModelFile& mf, const std::string& name) {
-  Result<Tensor> t = mf.tensor(name);
-  EXPECT_OK(t);
-  if (!t.ok()) return {};
-  std::vector<float> out(static_cast<size_t>(t->numel()));
-  EXPECT_OK(convert_elements(t->raw(), t->dtype(), out.data(), DataType::kFp32, out.size()));
-  return out;
+  return test::host_floats(mf.tensor(name));
 }
 
 std::vector<float> recipe_floats(const std::string& name, const std::vector<int64_t>& shape) {
