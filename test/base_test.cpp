@@ -5,6 +5,7 @@
 
 #include "kuiper/base/dtype.h"
 #include "kuiper/tensor/tensor.h"
+#include "support/assertions.h"
 
 namespace kuiper {
 namespace {
@@ -58,12 +59,12 @@ TEST(Result, StatusIsOkExactlyWhenThereIsAValue) {
 
 TEST(Tensor, RowsShareMemoryAndReshapeChecksCount) {
   Result<Tensor> t = Tensor::empty({4, 3}, DataType::kFp32);
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   for (int i = 0; i < 12; ++i) t->data<float>()[i] = static_cast<float>(i);
   Tensor r = t->rows(2, 2);
   EXPECT_EQ(r.shape(), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(r.data<float>()[0], 6.0f);
-  EXPECT_TRUE(t->reshape({3, 4}).ok());
+  EXPECT_OK(t->reshape({3, 4}));
   EXPECT_FALSE(t->reshape({5, 2}).ok());
 }
 

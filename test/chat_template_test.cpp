@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kuiper/tokenizer/chat_template.h"
+#include "support/assertions.h"
 #include "support/paths.h"
 
 namespace kuiper {
@@ -27,7 +28,7 @@ std::string read_file(const std::string& path) {
 ChatTemplate qwen3_template() {
   const std::string config = read_file(test::tokenizer_dir() + "/tokenizer_config.json");
   auto tmpl = ChatTemplate::from_tokenizer_config(config);
-  EXPECT_TRUE(tmpl.ok()) << tmpl.status().message();
+  EXPECT_OK(tmpl);
   return std::move(tmpl).value();
 }
 
@@ -50,7 +51,7 @@ Result<std::string> render_source(const std::string& source, const std::string& 
 
 std::string rendered(const std::string& source, const std::string& variables_json = "{}") {
   auto text = render_source(source, variables_json);
-  EXPECT_TRUE(text.ok()) << text.status().message();
+  EXPECT_OK(text);
   return text.ok() ? text.value() : "<error: " + text.status().message() + ">";
 }
 
@@ -102,7 +103,7 @@ TEST(ChatTemplateGolden, Qwen3ToolsAndToolCalls) {
   options.add_generation_prompt = false;
   options.extra["tools"] = tools;
   auto text = qwen3_template().render(messages, options);
-  ASSERT_TRUE(text.ok()) << text.status().message();
+  ASSERT_OK(text);
   // Tool JSON keeps the caller's key order and its non-ASCII text (json.dumps, ensure_ascii=False).
   EXPECT_EQ(text.value(), R"X(<|im_start|>system
 You are a weather bot.
@@ -158,7 +159,7 @@ TEST(ChatTemplateGolden, Qwen3ReasoningContentKeptOnlyAfterTheLastQuery) {
   ChatOptions options;
   options.add_generation_prompt = false;
   auto text = qwen3_template().render(messages, options);
-  ASSERT_TRUE(text.ok()) << text.status().message();
+  ASSERT_OK(text);
   EXPECT_EQ(text.value(),
             "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
             "<|im_start|>assistant\n<think>\nR2\n</think>\n\nA2<|im_end|>\n");
@@ -169,7 +170,7 @@ TEST(ChatTemplateGolden, Qwen3EnableThinkingTrueGivesNoEmptyThinkBlock) {
   ChatOptions options;
   options.extra["enable_thinking"] = true;
   auto text = qwen3_template().render(messages, options);
-  ASSERT_TRUE(text.ok()) << text.status().message();
+  ASSERT_OK(text);
   EXPECT_EQ(text.value(), "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
 }
 
@@ -203,14 +204,14 @@ constexpr const char* kVisionTemplate = R"({%- set image_count = namespace(value
 
 TEST(ChatTemplateGolden, VisionContentPartsThroughAMacro) {
   auto tmpl = ChatTemplate::parse(kVisionTemplate);
-  ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
+  ASSERT_OK(tmpl);
   const Json messages = Json::parse(R"([
     {"role": "user", "content": [{"type": "image", "image": "a.png"}, {"type": "text", "text": "What is this?"}]},
     {"role": "assistant", "content": "A cat."},
     {"role": "user", "content": [{"image": "b.png"}, {"type": "image"}, {"type": "text", "text": "And these?"}]}])");
   ChatOptions options;
   auto plain = tmpl->render(messages, options);
-  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  ASSERT_OK(plain);
   EXPECT_EQ(plain.value(),
             "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>What is this?<|im_end|>\n"
             "<|im_start|>assistant\nA cat.<|im_end|>\n"
@@ -218,7 +219,7 @@ TEST(ChatTemplateGolden, VisionContentPartsThroughAMacro) {
             "And these?<|im_end|>\n<|im_start|>assistant\n");
   options.extra["add_vision_id"] = true;
   auto numbered = tmpl->render(messages, options);
-  ASSERT_TRUE(numbered.ok()) << numbered.status().message();
+  ASSERT_OK(numbered);
   EXPECT_EQ(numbered.value(),
             "<|im_start|>user\nPicture 1: <|vision_start|><|image_pad|><|vision_end|>What is this?<|im_end|>\n"
             "<|im_start|>assistant\nA cat.<|im_end|>\n"
@@ -285,9 +286,9 @@ constexpr const char* kQwen25StyleTemplate = R"({%- if tools %}
 
 TEST(ChatTemplateGolden, Qwen25StyleDefaultSystemPromptAndToolCall) {
   auto tmpl = ChatTemplate::parse(kQwen25StyleTemplate);
-  ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
+  ASSERT_OK(tmpl);
   auto hello = tmpl->render(Json::parse(R"([{"role": "user", "content": "Hi"}])"), ChatOptions());
-  ASSERT_TRUE(hello.ok()) << hello.status().message();
+  ASSERT_OK(hello);
   EXPECT_EQ(hello.value(),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
@@ -299,7 +300,7 @@ TEST(ChatTemplateGolden, Qwen25StyleDefaultSystemPromptAndToolCall) {
         "arguments": {"unit": "celsius", "city": "Paris"}}}]},
       {"role": "tool", "content": "18°C"}])"),
                            options);
-  ASSERT_TRUE(call.ok()) << call.status().message();
+  ASSERT_OK(call);
   EXPECT_EQ(call.value(),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\n"
             "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}\n</tools><|im_end|>\n"
@@ -327,37 +328,37 @@ TEST(ChatTemplate, FromTokenizerConfigTakesTheDefaultOfNamedTemplatesAndSpecialT
       "bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>",
       "chat_template": [{"name": "tool_use", "template": "tools"},
                         {"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}"}]})");
-  ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
+  ASSERT_OK(tmpl);
   auto text = tmpl->render(Json::parse(R"([{"role": "user", "content": "x"}])"), ChatOptions());
-  ASSERT_TRUE(text.ok()) << text.status().message();
+  ASSERT_OK(text);
   EXPECT_EQ(text.value(), "<s>x</s>");
 }
 
 TEST(ChatTemplate, NullBosTokenIsUndefined) {
   auto tmpl = ChatTemplate::parse("{{ bos_token is defined }}{{ eos_token }}", "", "<|im_end|>");
-  ASSERT_TRUE(tmpl.ok());
+  ASSERT_OK(tmpl);
   auto text = tmpl->render(Json::array(), ChatOptions());
-  ASSERT_TRUE(text.ok()) << text.status().message();
+  ASSERT_OK(text);
   EXPECT_EQ(text.value(), "False<|im_end|>");
 }
 
 TEST(ChatTemplate, GenerationPromptFlagAndExtraVariables) {
   auto tmpl = ChatTemplate::parse("{{ add_generation_prompt }} {{ tools }} {{ custom }}");
-  ASSERT_TRUE(tmpl.ok());
+  ASSERT_OK(tmpl);
   ChatOptions options;
   options.extra["custom"] = "c";
   auto on = tmpl->render(Json::array(), options);
-  ASSERT_TRUE(on.ok());
+  ASSERT_OK(on);
   EXPECT_EQ(on.value(), "True None c");
   options.add_generation_prompt = false;
   auto off = tmpl->render(Json::array(), options);
-  ASSERT_TRUE(off.ok());
+  ASSERT_OK(off);
   EXPECT_EQ(off.value(), "False None c");
 }
 
 TEST(ChatTemplate, MessagesMustBeAList) {
   auto tmpl = ChatTemplate::parse("x");
-  ASSERT_TRUE(tmpl.ok());
+  ASSERT_OK(tmpl);
   EXPECT_FALSE(tmpl->render(Json::object(), ChatOptions()).ok());
 }
 

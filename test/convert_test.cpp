@@ -9,9 +9,11 @@
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/model_file.h"
 #include "kuiper/model/safetensors.h"
+#include "support/assertions.h"
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/paths.h"
+#include "support/tensors.h"
 
 namespace kuiper {
 namespace {
@@ -36,7 +38,7 @@ json small_qwen3_config() {
 
 std::shared_ptr<ModelFile> open_ok(const std::string& path) {
   Result<std::shared_ptr<ModelFile>> r = ModelFile::open(path);
-  EXPECT_TRUE(r.ok()) << r.status().message();
+  EXPECT_OK(r);
   return r.ok() ? *r : nullptr;
 }
 
@@ -48,12 +50,7 @@ std::string convert_error(const std::string& hf_dir, const std::string& out,
 
 // The tensor's values as floats, whatever its dtype.
 std::vector<float> floats_of(const ModelFile& mf, const std::string& name) {
-  Result<Tensor> t = mf.tensor(name);
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  if (!t.ok()) return {};
-  std::vector<float> out(static_cast<size_t>(t->numel()));
-  EXPECT_TRUE(convert_elements(t->raw(), t->dtype(), out.data(), DataType::kFp32, out.size()).ok());
-  return out;
+  return test::host_floats(mf.tensor(name));
 }
 
 std::vector<float> recipe_floats(const std::string& name, const std::vector<int64_t>& shape) {
@@ -90,7 +87,7 @@ TEST(FixtureCheckpoint, RecipeMatchesDetweights) {
 TEST(FixtureCheckpoint, Qwen3TinyIsBitIdenticalToDetweights) {
   TempDir dir;
   Status s = test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", dir.path());
-  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_OK(s);
   // Size and FNV-1a 64 of the whole model.safetensors that detweights.py writes.
   const std::string bytes = read_text(dir.file("model.safetensors"));
   EXPECT_EQ(bytes.size(), 39883072u);
@@ -106,9 +103,9 @@ TEST(Safetensors, ReadsShapesDtypesAndData) {
   TempDir dir;
   CheckpointOptions f32;
   f32.dtype = DataType::kFp32;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.path(), f32).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.path(), f32));
   Result<SafetensorsFile> f = SafetensorsFile::open(dir.file("model.safetensors"));
-  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_OK(f);
   const SafetensorsTensor* norm = nullptr;
   for (const SafetensorsTensor& t : f->tensors()) {
     if (t.name == "model.norm.weight") norm = &t;
@@ -166,11 +163,11 @@ TEST(Safetensors, RejectsOtherDtypesAndDataPastTheEnd) {
 TEST(Convert, FixtureKeepsBf16AndEmbedsConfigAndTokenizer) {
   TempDir dir;
   const std::string hf = dir.file("hf");
-  ASSERT_TRUE(test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", hf).ok());
+  ASSERT_OK(test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", hf));
   std::vector<ConvertProgress> calls;
   Status s = convert_checkpoint(hf, dir.file("model.bin"), std::nullopt,
                                 [&](const ConvertProgress& p) { calls.push_back(p); });
-  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_OK(s);
   std::shared_ptr<ModelFile> mf = open_ok(dir.file("model.bin"));
   ASSERT_NE(mf, nullptr);
 
@@ -187,7 +184,7 @@ TEST(Convert, FixtureKeepsBf16AndEmbedsConfigAndTokenizer) {
   EXPECT_EQ(mf->find("lm_head.weight"), nullptr);
   for (const TensorSpec& spec : specs) {
     Result<Tensor> t = mf->tensor(spec.name);
-    ASSERT_TRUE(t.ok()) << t.status().message();
+    ASSERT_OK(t);
     EXPECT_EQ(t->dtype(), DataType::kBf16) << spec.name;
     const std::vector<uint16_t> want = test::fixture_bf16(spec.name, spec.shape);
     ASSERT_EQ(std::memcmp(t->raw(), want.data(), t->nbytes()), 0) << spec.name;
@@ -215,8 +212,8 @@ TEST(Convert, UntiedQwen2KeepsLmHeadAndBiases) {
   TempDir dir;
   json config = fixture_config("qwen2-tiny");
   config["vocab_size"] = 640;
-  ASSERT_TRUE(test::write_checkpoint(config, dir.file("hf")).ok());
-  ASSERT_TRUE(convert_checkpoint(dir.file("hf"), dir.file("model.bin"), std::nullopt).ok());
+  ASSERT_OK(test::write_checkpoint(config, dir.file("hf")));
+  ASSERT_OK(convert_checkpoint(dir.file("hf"), dir.file("model.bin"), std::nullopt));
   std::shared_ptr<ModelFile> mf = open_ok(dir.file("model.bin"));
   ASSERT_NE(mf, nullptr);
   EXPECT_EQ(mf->config().arch, Architecture::kQwen2);
@@ -229,11 +226,11 @@ TEST(Convert, UntiedQwen2KeepsLmHeadAndBiases) {
 
 TEST(Convert, DtypeOptionConvertsEveryTensor) {
   TempDir dir;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf")).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("hf")));
   for (DataType dtype : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
     const std::string out = dir.file(std::string(dtype_name(dtype)) + ".bin");
     Status s = convert_checkpoint(dir.file("hf"), out, dtype);
-    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_OK(s);
     std::shared_ptr<ModelFile> mf = open_ok(out);
     ASSERT_NE(mf, nullptr);
     for (const TensorEntry& e : mf->tensors()) EXPECT_EQ(e.dtype, dtype) << e.name;
@@ -255,23 +252,23 @@ TEST(Convert, DtypeOptionConvertsEveryTensor) {
 
 TEST(Convert, ShardedF32AndF16CheckpointsGiveTheSameModel) {
   TempDir dir;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("bf16")).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("bf16")));
   CheckpointOptions f32_sharded;
   f32_sharded.dtype = DataType::kFp32;
   f32_sharded.shards = 3;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("f32"), f32_sharded).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("f32"), f32_sharded));
   ASSERT_TRUE(fs::exists(dir.file("f32/model.safetensors.index.json")));
   ASSERT_TRUE(fs::exists(dir.file("f32/model-00003-of-00003.safetensors")));
   CheckpointOptions f16_sharded;
   f16_sharded.dtype = DataType::kFp16;
   f16_sharded.shards = 2;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("f16"), f16_sharded).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("f16"), f16_sharded));
 
-  ASSERT_TRUE(convert_checkpoint(dir.file("bf16"), dir.file("a.bin"), std::nullopt).ok());
+  ASSERT_OK(convert_checkpoint(dir.file("bf16"), dir.file("a.bin"), std::nullopt));
   Status s = convert_checkpoint(dir.file("f32"), dir.file("b.bin"), DataType::kBf16);
-  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_OK(s);
   s = convert_checkpoint(dir.file("f16"), dir.file("c.bin"), std::nullopt);
-  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_OK(s);
   std::shared_ptr<ModelFile> a = open_ok(dir.file("a.bin")), b = open_ok(dir.file("b.bin")),
                              c = open_ok(dir.file("c.bin"));
   ASSERT_TRUE(a && b && c);
@@ -292,10 +289,10 @@ TEST(Convert, BothRopeStylesGiveTheSameTheta) {
   newer.erase("rope_theta");
   newer.erase("rope_scaling");
   newer["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
-  ASSERT_TRUE(test::write_checkpoint(older, dir.file("older")).ok());
-  ASSERT_TRUE(test::write_checkpoint(newer, dir.file("newer")).ok());
-  ASSERT_TRUE(convert_checkpoint(dir.file("older"), dir.file("older.bin"), std::nullopt).ok());
-  ASSERT_TRUE(convert_checkpoint(dir.file("newer"), dir.file("newer.bin"), std::nullopt).ok());
+  ASSERT_OK(test::write_checkpoint(older, dir.file("older")));
+  ASSERT_OK(test::write_checkpoint(newer, dir.file("newer")));
+  ASSERT_OK(convert_checkpoint(dir.file("older"), dir.file("older.bin"), std::nullopt));
+  ASSERT_OK(convert_checkpoint(dir.file("newer"), dir.file("newer.bin"), std::nullopt));
   std::shared_ptr<ModelFile> a = open_ok(dir.file("older.bin")), b = open_ok(dir.file("newer.bin"));
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->config().rope_theta, 250000.0);
@@ -310,8 +307,8 @@ TEST(Convert, TiedCheckpointWithLmHeadLeavesItOut) {
   std::vector<TensorSpec> tensors = expected_tensors(mc);
   tensors.push_back({"lm_head.weight", {512, 128}});
   tensors.push_back({"model.rotary_emb.inv_freq", {32}});
-  ASSERT_TRUE(test::write_checkpoint(config, tensors, dir.file("hf")).ok());
-  ASSERT_TRUE(convert_checkpoint(dir.file("hf"), dir.file("model.bin"), std::nullopt).ok());
+  ASSERT_OK(test::write_checkpoint(config, tensors, dir.file("hf")));
+  ASSERT_OK(convert_checkpoint(dir.file("hf"), dir.file("model.bin"), std::nullopt));
   std::shared_ptr<ModelFile> mf = open_ok(dir.file("model.bin"));
   ASSERT_NE(mf, nullptr);
   EXPECT_EQ(mf->find("lm_head.weight"), nullptr);
@@ -322,7 +319,7 @@ TEST(Convert, TiedCheckpointWithLmHeadLeavesItOut) {
 TEST(Convert, UnknownArchitectureIsAClearError) {
   TempDir dir;
   json config = small_qwen3_config();
-  ASSERT_TRUE(test::write_checkpoint(config, dir.file("hf")).ok());
+  ASSERT_OK(test::write_checkpoint(config, dir.file("hf")));
   config["architectures"] = {"LlamaForCausalLM"};
   std::ofstream(dir.file("hf/config.json"), std::ios::trunc) << config.dump();
   EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
@@ -336,7 +333,7 @@ TEST(Convert, MissingShardIsNamed) {
   TempDir dir;
   CheckpointOptions sharded;
   sharded.shards = 3;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf"), sharded).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("hf"), sharded));
   fs::remove(dir.file("hf/model-00002-of-00003.safetensors"));
   EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
             dir.file("hf") + ": shard 'model-00002-of-00003.safetensors' named by "
@@ -350,19 +347,19 @@ TEST(Convert, MissingOrMisShapedTensorIsNamed) {
   std::vector<TensorSpec> tensors = expected_tensors(ModelConfig::from_hf(config).value());
   std::vector<TensorSpec> without_norm(tensors.begin(), tensors.end() - 1);
   ASSERT_EQ(tensors.back().name, "model.norm.weight");
-  ASSERT_TRUE(test::write_checkpoint(config, without_norm, dir.file("missing")).ok());
+  ASSERT_OK(test::write_checkpoint(config, without_norm, dir.file("missing")));
   EXPECT_EQ(convert_error(dir.file("missing"), dir.file("model.bin")),
             dir.file("missing") + ": tensor 'model.norm.weight' is missing from the checkpoint");
 
   std::vector<TensorSpec> without_two(tensors.begin() + 1, tensors.end() - 1);
-  ASSERT_TRUE(test::write_checkpoint(config, without_two, dir.file("missing2")).ok());
+  ASSERT_OK(test::write_checkpoint(config, without_two, dir.file("missing2")));
   EXPECT_EQ(convert_error(dir.file("missing2"), dir.file("model.bin")),
             dir.file("missing2") +
                 ": tensor 'model.embed_tokens.weight' is missing from the checkpoint (and 1 more)");
 
   std::vector<TensorSpec> misshaped = tensors;
   misshaped[2].shape = {64, 128};
-  ASSERT_TRUE(test::write_checkpoint(config, misshaped, dir.file("shape")).ok());
+  ASSERT_OK(test::write_checkpoint(config, misshaped, dir.file("shape")));
   EXPECT_EQ(convert_error(dir.file("shape"), dir.file("model.bin")),
             dir.file("shape") + ": tensor '" + tensors[2].name + "' has shape [64,128] in " +
                 dir.file("shape/model.safetensors") + " but config.json implies " +
@@ -383,7 +380,7 @@ TEST(Convert, MissingOrIncompleteDirectoryIsAClearError) {
 
   CheckpointOptions no_tokenizer;
   no_tokenizer.tokenizer = false;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf"), no_tokenizer).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("hf"), no_tokenizer));
   EXPECT_EQ(convert_error(dir.file("hf"), dir.file("model.bin")),
             dir.file("hf") + ": tokenizer.json is missing (the model file embeds the tokenizer)");
   fs::remove(dir.file("hf/model.safetensors"));
@@ -419,7 +416,7 @@ int run_cli(const std::string& args, std::string& err) {
 
 TEST(ConvertCli, ConvertsAndSummarises) {
   TempDir dir;
-  ASSERT_TRUE(test::write_checkpoint(small_qwen3_config(), dir.file("hf")).ok());
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("hf")));
   std::string err;
   ASSERT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin") + " --dtype fp16",
                     err),
@@ -437,7 +434,7 @@ TEST(ConvertCli, ErrorsExitOneWithOneMessageAndNoOutput) {
   json config = small_qwen3_config();
   std::vector<TensorSpec> tensors = expected_tensors(ModelConfig::from_hf(config).value());
   tensors.pop_back();
-  ASSERT_TRUE(test::write_checkpoint(config, tensors, dir.file("hf")).ok());
+  ASSERT_OK(test::write_checkpoint(config, tensors, dir.file("hf")));
   std::string err;
   EXPECT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("model.bin"), err),
             1);

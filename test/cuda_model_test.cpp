@@ -16,6 +16,7 @@
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
 #include "support/paths.h"
+#include "support/tensors.h"
 
 namespace kuiper {
 namespace {
@@ -51,14 +52,6 @@ ModelOptions gpu_options(AttentionKind kind, DataType act, bool graph) {
   return o;
 }
 
-Result<std::vector<float>> host_floats(const Tensor& t) {
-  KUIPER_ASSIGN_OR_RETURN(Tensor host, t.to(DeviceType::kCpu));
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  KUIPER_RETURN_IF_ERROR(convert_elements(host.raw(), host.dtype(), v.data(), DataType::kFp32,
-                                          v.size()));
-  return v;
-}
-
 int32_t argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
@@ -73,7 +66,7 @@ Result<GreedyRun> greedy(Model& model, const std::vector<int32_t>& prompt, int s
   GreedyRun run;
   KUIPER_ASSIGN_OR_RETURN(Tensor logits, model.forward(prompt, 0, false));
   for (int i = 0; i <= steps; ++i) {
-    KUIPER_ASSIGN_OR_RETURN(std::vector<float> v, host_floats(logits));
+    std::vector<float> v = test::host_floats(logits);
     run.tokens.push_back(argmax(v));
     run.logits.push_back(std::move(v));
     if (i == steps) break;
@@ -82,15 +75,6 @@ Result<GreedyRun> greedy(Model& model, const std::vector<int32_t>& prompt, int s
                               false));
   }
   return run;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
-    d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
-  }
-  return d;
 }
 
 const std::vector<int32_t> kPrompt = {1, 17, 250, 3, 99, 42, 7, 128, 5};
@@ -104,16 +88,17 @@ TEST(CudaModel, GraphDecodeMatchesEagerDecode) {
                      dtype_name(act));
         const ModelConfig c = small_config(arch);
         Result<std::unique_ptr<Model>> eager = Model::random(c, gpu_options(kind, act, false));
-        ASSERT_TRUE(eager.ok()) << eager.status().message();
+        ASSERT_OK(eager);
         Result<std::unique_ptr<Model>> graph = Model::random(c, gpu_options(kind, act, true));
-        ASSERT_TRUE(graph.ok()) << graph.status().message();
+        ASSERT_OK(graph);
         Result<GreedyRun> a = greedy(**eager, kPrompt, 12);
-        ASSERT_TRUE(a.ok()) << a.status().message();
+        ASSERT_OK(a);
         Result<GreedyRun> b = greedy(**graph, kPrompt, 12);
-        ASSERT_TRUE(b.ok()) << b.status().message();
+        ASSERT_OK(b);
         EXPECT_EQ(a->tokens, b->tokens);
         for (size_t i = 0; i < a->logits.size(); ++i) {
-          EXPECT_LE(max_abs_diff(a->logits[i], b->logits[i]), act == DataType::kFp32 ? 1e-4 : 5e-2)
+          EXPECT_LE(test::max_abs_error(a->logits[i], b->logits[i]),
+                    act == DataType::kFp32 ? 1e-4 : 5e-2)
               << "step " << i;
         }
       }
@@ -128,21 +113,21 @@ TEST(CudaModel, RandomModelMatchesCpu) {
     ModelOptions cpu_options;
     cpu_options.max_context = 1024;
     Result<std::unique_ptr<Model>> cpu = Model::random(c, cpu_options);
-    ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+    ASSERT_OK(cpu);
     Result<GreedyRun> ref = greedy(**cpu, kPrompt, 6);
-    ASSERT_TRUE(ref.ok()) << ref.status().message();
+    ASSERT_OK(ref);
     for (AttentionKind kind : kKinds) {
       for (bool graph : {false, true}) {
         SCOPED_TRACE(std::string(architecture_name(arch)) + " " + attention_name(kind) +
                      (graph ? " graph" : ""));
         Result<std::unique_ptr<Model>> gpu =
             Model::random(c, gpu_options(kind, DataType::kFp32, graph));
-        ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+        ASSERT_OK(gpu);
         Result<GreedyRun> got = greedy(**gpu, kPrompt, 6);
-        ASSERT_TRUE(got.ok()) << got.status().message();
+        ASSERT_OK(got);
         EXPECT_EQ(got->tokens, ref->tokens);
         for (size_t i = 0; i < ref->logits.size(); ++i) {
-          EXPECT_LE(max_abs_diff(got->logits[i], ref->logits[i]), 1e-4) << "step " << i;
+          EXPECT_LE(test::max_abs_error(got->logits[i], ref->logits[i]), 1e-4) << "step " << i;
         }
       }
     }
@@ -162,21 +147,19 @@ TEST(ModelChunking, ChunkedPrefillMatchesWholePrompt) {
       o.device = dev;
       o.prefill_chunk = 0;
       Result<std::unique_ptr<Model>> whole = Model::random(small_config(arch), o);
-      ASSERT_TRUE(whole.ok()) << whole.status().message();
+      ASSERT_OK(whole);
       o.prefill_chunk = 5;  // 4 chunks of 5 and one of 3
       Result<std::unique_ptr<Model>> chunked = Model::random(small_config(arch), o);
-      ASSERT_TRUE(chunked.ok()) << chunked.status().message();
+      ASSERT_OK(chunked);
       for (bool all : {true, false}) {
         Result<Tensor> a = (*whole)->forward(prompt, 0, all);
-        ASSERT_TRUE(a.ok()) << a.status().message();
-        Result<std::vector<float>> av = host_floats(*a);
-        ASSERT_TRUE(av.ok());
+        ASSERT_OK(a);
+        const std::vector<float> av = test::host_floats(*a);
         Result<Tensor> b = (*chunked)->forward(prompt, 0, all);
-        ASSERT_TRUE(b.ok()) << b.status().message();
-        Result<std::vector<float>> bv = host_floats(*b);
-        ASSERT_TRUE(bv.ok());
-        ASSERT_EQ(av->size(), bv->size());
-        EXPECT_LE(max_abs_diff(*av, *bv), 1e-4) << (all ? "all rows" : "last row");
+        ASSERT_OK(b);
+        const std::vector<float> bv = test::host_floats(*b);
+        ASSERT_EQ(av.size(), bv.size());
+        EXPECT_LE(test::max_abs_error(av, bv), 1e-4) << (all ? "all rows" : "last row");
       }
     }
   }
@@ -218,13 +201,13 @@ TEST(CudaModel, FixturesMatchGoldens) {
                          dtype_name(act) + (graph ? " graph" : ""));
             ModelOptions o = gpu_options(kind, act, graph);
             Result<std::unique_ptr<Model>> model = Model::load(path, o);
-            ASSERT_TRUE(model.ok()) << model.status().message();
+            ASSERT_OK(model);
             Result<GreedyRun> run = greedy(**model, ids, static_cast<int>(want.size()) - 1);
-            ASSERT_TRUE(run.ok()) << run.status().message();
+            ASSERT_OK(run);
             const double scale = std::max(1.0, static_cast<double>(*std::max_element(
                                                    last.begin(), last.end(),
                                                    [](float a, float b) { return std::fabs(a) < std::fabs(b); })));
-            EXPECT_LE(max_abs_diff(run->logits[0], last) / scale, tol);
+            EXPECT_LE(test::max_abs_error(run->logits[0], last) / scale, tol);
             // Without recorded margins fp16 cannot tell a near tie from an error: the chat
             // continuation is held to fp32 only.
             if (prompt == "chat" && act != DataType::kFp32) continue;

@@ -12,9 +12,11 @@
 
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/model.h"
+#include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
 #include "support/paths.h"
+#include "support/tensors.h"
 
 namespace kuiper::test {
 namespace {
@@ -23,13 +25,8 @@ std::unique_ptr<Model> load_cpu(const std::string& path, int64_t max_context) {
   ModelOptions options;
   options.max_context = max_context;
   Result<std::unique_ptr<Model>> model = Model::load(path, options);
-  EXPECT_TRUE(model.ok()) << model.status().message();
+  EXPECT_OK(model);
   return model.ok() ? std::move(model).value() : nullptr;
-}
-
-std::vector<float> host_floats(const Tensor& t) {
-  Tensor host = t.to(DeviceType::kCpu).value();
-  return std::vector<float>(host.data<float>(), host.data<float>() + host.numel());
 }
 
 // A model under test: a shared fixture ("qwen3-tiny") or a folder of test/data/configs.
@@ -75,7 +72,7 @@ TEST_P(GoldenTest, PrefillMatchesHuggingFaceAtEveryPosition) {
   auto model = load_cpu(model_path(c), static_cast<int64_t>(ids.size()));
   ASSERT_NE(model, nullptr);
   Result<Tensor> logits = model->forward(ids, 0, /*all_logits=*/true);
-  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  ASSERT_OK(logits);
   const std::vector<float> all = host_floats(*logits);
   const size_t V = static_cast<size_t>(model->config().vocab_size), T = ids.size();
 
@@ -125,7 +122,7 @@ TEST_P(GoldenTest, GreedyDecodeFollowsHuggingFace) {
   auto model = load_cpu(model_path(c), static_cast<int64_t>(ids.size() + greedy.size()));
   ASSERT_NE(model, nullptr);
   Result<Tensor> logits = model->forward(ids, 0, false);
-  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  ASSERT_OK(logits);
   const size_t V = static_cast<size_t>(model->config().vocab_size);
   // Teacher-forced: each step is fed the golden token, so one near-tie cannot derail the rest.
   int checked = 0;
@@ -136,7 +133,7 @@ TEST_P(GoldenTest, GreedyDecodeFollowsHuggingFace) {
       ++checked;
     }
     logits = model->forward({greedy[step]}, static_cast<int64_t>(ids.size() + step), false);
-    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    ASSERT_OK(logits);
   }
   EXPECT_GT(checked, 0);
 }
@@ -168,11 +165,11 @@ TEST_P(FixtureTest, PrefillAndTokenByTokenDecodeAgree) {
   auto decode = load_cpu(path, static_cast<int64_t>(ids.size()));
   ASSERT_TRUE(prefill && decode);
   Result<Tensor> all_at_once = prefill->forward(ids, 0, false);
-  ASSERT_TRUE(all_at_once.ok());
+  ASSERT_OK(all_at_once);
   Result<Tensor> step = Status::Error("not run");
   for (size_t i = 0; i < ids.size(); ++i) {
     step = decode->forward({ids[i]}, static_cast<int64_t>(i), false);
-    ASSERT_TRUE(step.ok()) << step.status().message();
+    ASSERT_OK(step);
   }
   const std::vector<float> a = host_floats(*all_at_once), b = host_floats(*step);
   EXPECT_LE(relative_max_error(b.data(), a.data(), a.size()), 1e-5);

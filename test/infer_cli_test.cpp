@@ -17,13 +17,13 @@
 #include <map>
 #include <memory>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "kuiper/model/model_file.h"
 #include "kuiper/runtime/chat_session.h"
+#include "support/assertions.h"
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
@@ -40,19 +40,8 @@ using test::CliResult;
 // keeps these runs fast there.
 constexpr const char *kChildEnv = "OMP_WAIT_POLICY=passive";
 
-// One JSON record a line; blank lines are skipped.
-std::vector<json> parse_jsonl(const std::string &text) {
-  std::vector<json> records;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty())
-      records.push_back(json::parse(line));
-  }
-  return records;
-}
-
 std::vector<json> read_jsonl(const std::string &path) {
-  return parse_jsonl(test::read_text(path));
+  return test::parse_jsonl(test::read_text(path));
 }
 
 // The user message whose chat-templated ids are the shared fixtures' golden
@@ -99,7 +88,7 @@ std::vector<int32_t> rendered_chat_prompt(const std::string &model_path) {
   messages.push_back({{"role", "user"}, {"content", kChatPrompt}});
   Result<std::vector<int32_t>> ids =
       encode_chat(*chat_template, *tokenizer, messages, ChatOptions());
-  EXPECT_TRUE(ids.ok()) << ids.status().message();
+  EXPECT_OK(ids);
   return ids.ok() ? *ids : std::vector<int32_t>();
 }
 
@@ -196,6 +185,21 @@ TEST_F(InferCli, SameSeedSameSample) {
   EXPECT_EQ(a["seed"], 77);
 }
 
+// The load summary is glog's at --v=1, one line, and absent from a normal run.
+TEST_F(InferCli, VerboseRunLogsTheLoadSummaryOnce) {
+  const std::string summary = "attention, max_context 4096, KV pool 1 x 4096 tokens";
+  const CliResult verbose = qwen3({"--prompt", "Hi", "--max-tokens", "2", "--v=1"});
+  ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
+  const size_t at = verbose.err.find(summary);
+  ASSERT_NE(at, std::string::npos) << verbose.err;
+  EXPECT_EQ(verbose.err.find(summary, at + 1), std::string::npos) << verbose.err;
+  EXPECT_NE(verbose.err.find("cpu, fp32 activations, flash2 attention"), std::string::npos)
+      << verbose.err;
+  const CliResult quiet = qwen3({"--prompt", "Hi", "--max-tokens", "2"});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find(summary), std::string::npos) << quiet.err;
+}
+
 TEST_F(InferCli, TextBatchGivesOneResultPerLine) {
   write("prompts.txt",
         "Hello! Who are you?\n\nWhat is 2+2?\nTell me a story.\n");
@@ -279,7 +283,7 @@ TEST_F(InferCli, InvalidUtf8InATextBatchFailsOnlyThatLine) {
   EXPECT_NE(r.err.find("prompts.txt:2:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("UTF-8"), std::string::npos) << r.err;
   std::vector<json> records =
-      parse_jsonl(r.out); // without --output they go to stdout
+      test::parse_jsonl(r.out); // without --output they go to stdout
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[0]["prompt"], "one");
   EXPECT_TRUE(records[1].contains("error"));

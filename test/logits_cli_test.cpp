@@ -2,8 +2,6 @@
 // Hugging Face reference, the decode path against prefill, and its refusals.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
@@ -12,19 +10,6 @@ namespace kuiper::test {
 namespace {
 
 const char* kEnv = "OMP_WAIT_POLICY=passive";  // the machine may be shared: do not spin
-
-std::string ids_flag(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
-  return s;
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  const std::string bytes = read_text(path);
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
 
 TEST(LogitsCli, PrefillAndDecodeWriteTheGoldenLogits) {
   Golden golden = Golden::load("qwen3-tiny");

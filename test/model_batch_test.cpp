@@ -14,6 +14,7 @@
 #include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
+#include "support/tensors.h"
 
 namespace kuiper::test {
 namespace {
@@ -34,7 +35,7 @@ SequenceInput span_in(const std::vector<int32_t>& ids, int64_t start, int block,
 std::unique_ptr<Model> load(const std::string& fixture, const ModelOptions& options) {
   Result<std::unique_ptr<Model>> model =
       Model::load(converted_fixture(fixture, DataType::kFp32), options);
-  EXPECT_TRUE(model.ok()) << model.status().message();
+  EXPECT_OK(model);
   return model.ok() ? std::move(model).value() : nullptr;
 }
 
@@ -44,13 +45,6 @@ ModelOptions batch_options(int64_t sequences) {
   o.max_sequences = sequences;
   o.prefill_chunk = 16;  // the longer prompts run in several passes
   return o;
-}
-
-std::vector<float> host_floats(const Result<Tensor>& t) {
-  EXPECT_TRUE(t.ok()) << t.status().message();
-  if (!t.ok()) return {};
-  Tensor host = t->to(DeviceType::kCpu).value();
-  return std::vector<float>(host.data<float>(), host.data<float>() + host.numel());
 }
 
 // Rows [row, row + count) of [R, V] logits.
@@ -153,7 +147,7 @@ TEST_P(BatchTest, EachSequenceGetsTheLogitsRowsItAsksFor) {
   for (LogitRows rows : {LogitRows::kNone, LogitRows::kLast, LogitRows::kAll}) {
     const SequenceInput step = span_in(next, static_cast<int64_t>(T), 1, rows);
     Result<Tensor> logits = model->forward(Span<const SequenceInput>(&step, 1));
-    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    ASSERT_OK(logits);
     EXPECT_EQ(logits->dim(0), rows == LogitRows::kNone ? 0 : 1);
     EXPECT_EQ(logits->dim(1), model->config().vocab_size);
   }
@@ -161,7 +155,7 @@ TEST_P(BatchTest, EachSequenceGetsTheLogitsRowsItAsksFor) {
                                             span_in(next, static_cast<int64_t>(T), 1,
                                                     LogitRows::kNone)};
   Result<Tensor> none = model->forward(quiet);
-  ASSERT_TRUE(none.ok()) << none.status().message();
+  ASSERT_OK(none);
   EXPECT_EQ(none->dim(0), 0);
 }
 
@@ -173,7 +167,7 @@ TEST_P(BatchTest, InvalidEntriesAreErrorsThatWriteNothing) {
   const int64_t T = static_cast<int64_t>(ids.size());
   std::unique_ptr<Model> model = load(GetParam(), batch_options(2));
   ASSERT_NE(model, nullptr);
-  ASSERT_TRUE(model->forward(ids, 0, false).ok());
+  ASSERT_OK(model->forward(ids, 0, false));
 
   const std::vector<int32_t> other(ids.rbegin(), ids.rend());  // would overwrite block 0
   const std::vector<int32_t> five = {1, 2, 3, 4, 5}, none;
@@ -217,7 +211,7 @@ TEST_P(BatchTest, InvalidEntriesAreErrorsThatWriteNothing) {
 
   std::unique_ptr<Model> clean = load(GetParam(), batch_options(1));
   ASSERT_NE(clean, nullptr);
-  ASSERT_TRUE(clean->forward(ids, 0, false).ok());
+  ASSERT_OK(clean->forward(ids, 0, false));
   const std::vector<int32_t> next = {g.at("chat.greedy").i32[0]};
   EXPECT_LE(relative_difference(host_floats(model->forward(next, T, false)),
                                 host_floats(clean->forward(next, T, false))),
@@ -250,7 +244,7 @@ class VlBatchTest : public ::testing::Test {
     Result<RopeIndex> index = qwen3_vl_rope_index(img_, probe.image_token_id,
                                                   probe.vision->spatial_merge_size,
                                                   {{grid[0], grid[1], grid[2]}});
-    ASSERT_TRUE(index.ok()) << index.status().message();
+    ASSERT_OK(index);
     index_ = *index;
     features_.embeds = tensor("image.vision_embeds");
     features_.deepstack = {tensor("image.deepstack0"), tensor("image.deepstack1")};
@@ -365,7 +359,7 @@ TEST(CudaModelBatch, GraphDecodeOfTwoBlocksMatchesEager) {
     for (size_t m = 0; m < 2; ++m) {
       Model& model = *models[m];
       const std::vector<SequenceInput> prefill = {span_in(ids, 0, 1), span_in(first, 0, 0)};
-      ASSERT_TRUE(model.forward(prefill).ok());
+      ASSERT_OK(model.forward(prefill));
       for (int64_t i = 0; i < 6; ++i) {
         const std::vector<int32_t> a = {ids[static_cast<size_t>(i)]}, b = {ids[static_cast<size_t>(T / 2 + i)]};
         const SequenceInput sa = span_in(a, T + i, 1), sb = span_in(b, T / 2 + i, 0);

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "kuiper/model/model_file.h"
+#include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
 
 namespace kuiper {
@@ -61,7 +62,7 @@ const json kExtraMetadata = {{"tokenizer_json", "{\"model\": {}}"},
 std::string write_tiny(const test::TempDir& dir, const std::string& name = "model.bin") {
   const std::string path = dir.file(name);
   Status s = write_model_file(path, tiny_config(), kExtraMetadata, pattern_sources(tiny_config()));
-  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_OK(s);
   return path;
 }
 
@@ -98,7 +99,7 @@ void write_raw(const std::string& path, const json& metadata, uint64_t data_byte
 // The metadata of a valid tiny file and the length of its data section, for write_raw.
 std::pair<json, uint64_t> valid_layout(const test::TempDir& dir) {
   Result<std::shared_ptr<ModelFile>> mf = ModelFile::open(write_tiny(dir, "valid.bin"));
-  EXPECT_TRUE(mf.ok()) << mf.status().message();
+  EXPECT_OK(mf);
   uint64_t end = 0;
   for (const TensorEntry& e : (*mf)->tensors()) end = std::max(end, e.offset + e.nbytes);
   return {(*mf)->metadata(), end};
@@ -118,10 +119,10 @@ TEST(ModelFile, RoundTripKeepsConfigMetadataAndBytes) {
   std::vector<std::pair<size_t, size_t>> calls;
   Status s = write_model_file(path, tiny_config(), kExtraMetadata, pattern_sources(tiny_config()),
                               [&](size_t done, size_t total) { calls.emplace_back(done, total); });
-  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_OK(s);
 
   Result<std::shared_ptr<ModelFile>> r = ModelFile::open(path);
-  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_OK(r);
   const ModelFile& mf = **r;
   EXPECT_EQ(mf.config().to_json(), tiny_config().to_json());
   EXPECT_EQ(mf.metadata()["architecture"], "qwen3");
@@ -139,7 +140,7 @@ TEST(ModelFile, RoundTripKeepsConfigMetadataAndBytes) {
     EXPECT_EQ(e->offset % kModelFileAlignment, 0u);
     EXPECT_EQ(e->dtype, pattern_dtype(i));
     Result<Tensor> t = mf.tensor(specs[i].name);
-    ASSERT_TRUE(t.ok()) << t.status().message();
+    ASSERT_OK(t);
     EXPECT_EQ(t->shape(), specs[i].shape);
     EXPECT_EQ(t->nbytes(), e->nbytes);
     const uint8_t* bytes = t->data<uint8_t>();
@@ -156,9 +157,9 @@ TEST(ModelFile, RoundTripKeepsConfigMetadataAndBytes) {
 TEST(ModelFile, TensorViewKeepsTheMappingAlive) {
   test::TempDir dir;
   Result<std::shared_ptr<ModelFile>> r = ModelFile::open(write_tiny(dir));
-  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_OK(r);
   Result<Tensor> t = (*r)->tensor("model.norm.weight");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   const size_t index = expected_tensors(tiny_config()).size() - 1;  // norm is last when tied
   r = Status::Error("dropped");  // the only ModelFile reference goes
   EXPECT_EQ(t->data<uint8_t>()[5], pattern_byte(index, 5));

@@ -15,6 +15,7 @@
 #include "kuiper/runtime/generator.h"
 #include "kuiper/runtime/sampler.h"
 #include "kuiper/runtime/stop_strings.h"
+#include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
 #include "support/paths.h"
@@ -255,7 +256,7 @@ TEST(Generator, GreedyContinuationMatchesTheGolden) {
     GenerationOptions o = greedy_options(static_cast<int64_t>(want.size()));
     o.ignore_eos = true;
     Result<Generation> g = tiny.generator->generate(tiny_golden().at(prompt + ".ids").i32, o);
-    ASSERT_TRUE(g.ok()) << g.status().message();
+    ASSERT_OK(g);
     ASSERT_EQ(g->ids.size(), want.size());
     EXPECT_EQ(g->finish, FinishReason::kMaxTokens);
     for (size_t i = 0; i < want.size(); ++i) {
@@ -281,7 +282,9 @@ TEST(Generator, SameSeedSameTokens) {
   Result<Generation> b = tiny.generator->generate(prompt, o);
   o.sampling.seed = 99;
   Result<Generation> c = tiny.generator->generate(prompt, o);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(c);
   EXPECT_EQ(a->ids, b->ids);
   EXPECT_NE(a->ids, c->ids);
 }
@@ -291,7 +294,7 @@ TEST(Generator, ReusesTheCachedPrefixAndGivesTheSameTokensAsAFreshRun) {
   ASSERT_TRUE(tiny.generator);
   const std::vector<int32_t> first = chat_ids();
   Result<Generation> a = tiny.generator->generate(first, greedy_options(5));
-  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_OK(a);
   EXPECT_EQ(a->stats.prefilled_tokens, static_cast<int64_t>(first.size()));
 
   // The next request extends the first prompt and its reply by three tokens.
@@ -299,20 +302,20 @@ TEST(Generator, ReusesTheCachedPrefixAndGivesTheSameTokensAsAFreshRun) {
   second.insert(second.end(), a->ids.begin(), a->ids.end());
   second.insert(second.end(), {151645, 198, 151644});
   Result<Generation> b = tiny.generator->generate(second, greedy_options(6));
-  ASSERT_TRUE(b.ok()) << b.status().message();
+  ASSERT_OK(b);
   EXPECT_EQ(b->stats.prompt_tokens, static_cast<int64_t>(second.size()));
   // The last reply token was sampled but never run, so it is prefilled with the new ones.
   EXPECT_EQ(b->stats.prefilled_tokens, 4);
 
   TinyModel fresh = load_tiny();
   Result<Generation> c = fresh.generator->generate(second, greedy_options(6));
-  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_OK(c);
   EXPECT_EQ(c->stats.prefilled_tokens, static_cast<int64_t>(second.size()));
   EXPECT_EQ(b->ids, c->ids);
 
   // The same prompt again: everything but the last token comes from the cache.
   Result<Generation> d = tiny.generator->generate(second, greedy_options(6));
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(d->stats.prefilled_tokens, 1);
   EXPECT_EQ(d->ids, c->ids);
 }
@@ -326,7 +329,7 @@ TEST(Generator, StopStringEndsTheTextBeforeIt) {
   o.ignore_eos = true;
   Result<Generation> full = tiny.generator->generate(
       prompt, o, [&](const std::string& piece) { pieces.push_back(piece); });
-  ASSERT_TRUE(full.ok()) << full.status().message();
+  ASSERT_OK(full);
   std::string streamed;
   for (const std::string& p : pieces) streamed += p;
   EXPECT_EQ(streamed, full->text);
@@ -348,7 +351,7 @@ TEST(Generator, StopStringEndsTheTextBeforeIt) {
   std::string stop_streamed;
   Result<Generation> cut = tiny.generator->generate(
       prompt, o, [&](const std::string& piece) { stop_streamed += piece; });
-  ASSERT_TRUE(cut.ok()) << cut.status().message();
+  ASSERT_OK(cut);
   EXPECT_EQ(cut->finish, FinishReason::kStopString);
   EXPECT_EQ(cut->text, full->text.substr(0, full->text.find(stop)));
   EXPECT_EQ(stop_streamed, cut->text);
@@ -362,7 +365,7 @@ TEST(Generator, StopsAtTheEndOfTheContextWithANotice) {
   GenerationOptions o = greedy_options(-1);
   o.ignore_eos = true;
   Result<Generation> g = tiny.generator->generate(prompt, o);
-  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_OK(g);
   EXPECT_EQ(g->finish, FinishReason::kContextFull);
   // Four more positions to run, and the token sampled from the last of them.
   EXPECT_EQ(g->ids.size(), 5u);
@@ -380,7 +383,7 @@ TEST(Generator, RefusesAPromptLongerThanTheContextNamingBothLengths) {
   EXPECT_NE(g.status().message().find("10"), std::string::npos) << g.status().message();
   EXPECT_FALSE(tiny.generator->generate({}, greedy_options(4)).ok());
   // The generator is still usable.
-  EXPECT_TRUE(tiny.generator->generate({151644, 872}, greedy_options(2)).ok());
+  EXPECT_OK(tiny.generator->generate({151644, 872}, greedy_options(2)));
 }
 
 TEST(Generator, InterruptStopsBetweenTokens) {
@@ -396,7 +399,7 @@ TEST(Generator, InterruptStopsBetweenTokens) {
         if (++pieces == 3) interrupt = true;
       },
       &interrupt);
-  ASSERT_TRUE(g.ok()) << g.status().message();
+  ASSERT_OK(g);
   EXPECT_EQ(g->finish, FinishReason::kInterrupted);
   EXPECT_LT(g->ids.size(), 10u);
 }
@@ -424,7 +427,7 @@ TEST(ChatSession, FirstTurnRendersTheGoldenChatIds) {
   messages.push_back({{"role", "user"}, {"content", "Hello! Who are you?"}});
   Result<std::vector<int32_t>> ids =
       encode_chat(*tiny.chat_template, tiny.generator->tokenizer(), messages, ChatOptions());
-  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  ASSERT_OK(ids);
   EXPECT_EQ(*ids, chat_ids());
 }
 
@@ -433,18 +436,18 @@ TEST(ChatSession, SecondTurnPrefillsOnlyWhatIsNotCached) {
   ASSERT_TRUE(tiny.generator);
   ChatSession session(*tiny.generator, *tiny.chat_template, ChatOptions());
   Result<Generation> one = session.send("Hello! Who are you?", greedy_options(6));
-  ASSERT_TRUE(one.ok()) << one.status().message();
+  ASSERT_OK(one);
   EXPECT_EQ(one->stats.prefilled_tokens, one->stats.prompt_tokens);
   const std::vector<int32_t> cached = tiny.generator->cached_tokens();
 
   Result<Generation> two = session.send("Tell me more.", greedy_options(6));
-  ASSERT_TRUE(two.ok()) << two.status().message();
+  ASSERT_OK(two);
   // Turn two's prompt: the first exchange and the new user message.
   nlohmann::ordered_json turn_two = nlohmann::ordered_json::array();
   for (size_t i = 0; i < 3; ++i) turn_two.push_back(session.messages()[i]);
   Result<std::vector<int32_t>> rendered =
       encode_chat(*tiny.chat_template, tiny.generator->tokenizer(), turn_two, ChatOptions());
-  ASSERT_TRUE(rendered.ok());
+  ASSERT_OK(rendered);
   EXPECT_EQ(two->stats.prompt_tokens, static_cast<int64_t>(rendered->size()));
   EXPECT_EQ(two->stats.prefilled_tokens,
             static_cast<int64_t>(rendered->size() - common_prefix(*rendered, cached)));
@@ -455,13 +458,13 @@ TEST(ChatSession, SecondTurnPrefillsOnlyWhatIsNotCached) {
   // The reused cache gives what a fresh model gives for the same conversation.
   TinyModel fresh = load_tiny();
   Result<Generation> check = fresh.generator->generate(*rendered, greedy_options(6));
-  ASSERT_TRUE(check.ok());
+  ASSERT_OK(check);
   EXPECT_EQ(two->ids, check->ids);
 
   session.clear();
   EXPECT_EQ(session.turns(), 0u);
   Result<Generation> again = session.send("Hello! Who are you?", greedy_options(6));
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->stats.prompt_tokens, one->stats.prompt_tokens);
   EXPECT_EQ(again->ids, one->ids);
 }
@@ -470,7 +473,7 @@ TEST(ChatSession, AFailedTurnLeavesTheConversationAsItWas) {
   TinyModel tiny = load_tiny(40);
   ASSERT_TRUE(tiny.generator);
   ChatSession session(*tiny.generator, *tiny.chat_template, ChatOptions());
-  ASSERT_TRUE(session.send("Hi", greedy_options(3)).ok());
+  ASSERT_OK(session.send("Hi", greedy_options(3)));
   Result<Generation> bad = session.send("caf\xC3", greedy_options(3));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("UTF-8"), std::string::npos) << bad.status().message();
@@ -480,7 +483,7 @@ TEST(ChatSession, AFailedTurnLeavesTheConversationAsItWas) {
   EXPECT_NE(long_one.status().message().find("context of 40"), std::string::npos)
       << long_one.status().message();
   EXPECT_EQ(session.turns(), 1u);
-  EXPECT_TRUE(session.send("Ok", greedy_options(3)).ok());
+  EXPECT_OK(session.send("Ok", greedy_options(3)));
   EXPECT_EQ(session.turns(), 2u);
 }
 

@@ -122,6 +122,27 @@ TEST_F(TokenizeCli, ReportsBadIdLinesByNumberAndDecodesTheRest) {
   EXPECT_EQ(json::parse(lines[5]), a.at("decoded"));
 }
 
+// nlohmann throws out_of_range, not parse_error, for a number beyond a double: such a line is
+// an error like any other, in both directions, never an abort.
+TEST_F(TokenizeCli, NumbersBeyondADoubleAreBadLines) {
+  const json& a = golden_cases()[0];
+  for (const bool decode : {false, true}) {
+    const std::string fine = (decode ? a.at("ids") : a.at("text")).dump() + "\n";
+    const CliResult r = run(tokenizer_flag() + (decode ? " --decode" : ""),
+                            fine + "1e999\n[1e999]\n" + fine);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    for (const char* reported : {"line 2:", "line 3:"}) {
+      EXPECT_NE(r.err.find(reported), std::string::npos) << reported << " in\n" << r.err;
+    }
+    const auto lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), 4u) << r.out << r.err;
+    EXPECT_EQ(lines[1], "null");
+    EXPECT_EQ(lines[2], "null");
+    EXPECT_EQ(lines[0], lines[3]);
+    EXPECT_NE(lines[0], "null");
+  }
+}
+
 TEST_F(TokenizeCli, ReadsTheTokenizerEmbeddedInAModelFile) {
   const std::string model = test::converted_fixture("qwen3-tiny", DataType::kBf16);
   ASSERT_FALSE(model.empty());

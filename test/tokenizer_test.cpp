@@ -14,6 +14,7 @@
 #include "kuiper/tokenizer/byte_level.h"
 #include "kuiper/tokenizer/tokenizer.h"
 #include "kuiper/tokenizer/utf8.h"
+#include "support/assertions.h"
 #include "support/paths.h"
 
 namespace kuiper {
@@ -37,8 +38,6 @@ const Result<Tokenizer>& qwen() {
   return tokenizer;
 }
 
-#define ASSERT_QWEN_LOADED() ASSERT_TRUE(qwen().ok()) << qwen().status().message()
-
 const json& golden_cases() {
   static const json cases =
       read_json(test::fixtures_dir() + "/tokenizer/tokenizer_public.json");
@@ -50,19 +49,19 @@ bool valid_utf8(const std::string& text) {
 }
 
 TEST(QwenTokenizer, EncodesGoldenTextsToHuggingFaceIds) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   ASSERT_FALSE(golden_cases().empty());
   for (const json& c : golden_cases()) {
     const std::string text = c.at("text");
     SCOPED_TRACE(json(text).dump());
     auto ids = qwen()->encode(text);
-    ASSERT_TRUE(ids.ok()) << ids.status().message();
+    ASSERT_OK(ids);
     EXPECT_EQ(ids.value(), c.at("ids").get<std::vector<int32_t>>());
   }
 }
 
 TEST(QwenTokenizer, DecodesGoldenIdsToHuggingFaceText) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   for (const json& c : golden_cases()) {
     SCOPED_TRACE(c.at("text").dump());
     const auto ids = c.at("ids").get<std::vector<int32_t>>();
@@ -74,7 +73,7 @@ TEST(QwenTokenizer, DecodesGoldenIdsToHuggingFaceText) {
 }
 
 TEST(QwenTokenizer, AddedTokensComeFromTokenizerJsonWithTheirFlags) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   const json file = read_json(qwen_tokenizer_path());
   const json& added = file.at("added_tokens");
   ASSERT_FALSE(added.empty());
@@ -92,11 +91,11 @@ TEST(QwenTokenizer, AddedTokensComeFromTokenizerJsonWithTheirFlags) {
     // Matched before the regex split, so it stays whole even when glued to other text.
     const std::string text = "say" + content + "now";
     auto ids = qwen()->encode(text);
-    ASSERT_TRUE(ids.ok()) << ids.status().message();
+    ASSERT_OK(ids);
     EXPECT_EQ(std::count(ids->begin(), ids->end(), id), 1);
     EXPECT_EQ(qwen()->decode(ids.value()), text);
     auto alone = qwen()->encode(content);
-    ASSERT_TRUE(alone.ok());
+    ASSERT_OK(alone);
     EXPECT_EQ(alone.value(), std::vector<int32_t>{id});
   }
   EXPECT_EQ(qwen()->vocab_size(), max_id + 1);
@@ -106,7 +105,7 @@ TEST(QwenTokenizer, AddedTokensComeFromTokenizerJsonWithTheirFlags) {
 }
 
 TEST(QwenTokenizer, TokenTextAndIdAreInverse) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   for (int32_t id = 0; id < qwen()->vocab_size(); ++id) {
     const std::string& text = qwen()->token_text(id);
     ASSERT_FALSE(text.empty()) << id;
@@ -116,7 +115,7 @@ TEST(QwenTokenizer, TokenTextAndIdAreInverse) {
 }
 
 TEST(QwenTokenizer, IdsOutsideTheVocabularyDecodeToNothing) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   const int32_t past_end = static_cast<int32_t>(qwen()->vocab_size());
   EXPECT_EQ(qwen()->token_text(-1), "");
   EXPECT_EQ(qwen()->token_bytes(past_end), "");
@@ -128,7 +127,7 @@ TEST(QwenTokenizer, IdsOutsideTheVocabularyDecodeToNothing) {
 }
 
 TEST(QwenTokenizer, RejectsInvalidUtf8NamingTheByteOffset) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   const std::pair<std::string, size_t> cases[] = {
       {"ab\xFF" "cd", 2},             // never valid in UTF-8
       {"a\x80", 1},                   // continuation byte without a lead
@@ -148,18 +147,18 @@ TEST(QwenTokenizer, RejectsInvalidUtf8NamingTheByteOffset) {
 }
 
 TEST(QwenTokenizer, EncodesEmptyTextAndNulBytes) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   auto empty = qwen()->encode("");
-  ASSERT_TRUE(empty.ok());
+  ASSERT_OK(empty);
   EXPECT_TRUE(empty->empty());
   const std::string with_nul("a\0b", 3);
   auto ids = qwen()->encode(with_nul);
-  ASSERT_TRUE(ids.ok());
+  ASSERT_OK(ids);
   EXPECT_EQ(qwen()->decode(ids.value()), with_nul);
 }
 
 TEST(QwenTokenizer, RoundTripsRandomNfcText) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   // Code points from several scripts, whitespace kinds and emoji, all NFC-stable on their own
   // and with no combining marks, so decode(encode(s)) must give s back.
   const std::vector<char32_t> pool = {'a', 'Z', '0', '9', ' ', '\n', '\t', '\r', '\'', '.', '<',
@@ -171,13 +170,13 @@ TEST(QwenTokenizer, RoundTripsRandomNfcText) {
     const int length = std::uniform_int_distribution<int>(1, 40)(rng);
     for (int i = 0; i < length; ++i) utf8::append_code_point(pool[rng() % pool.size()], &text);
     auto ids = qwen()->encode(text);
-    ASSERT_TRUE(ids.ok()) << ids.status().message();
+    ASSERT_OK(ids);
     ASSERT_EQ(qwen()->decode(ids.value()), text);
   }
 }
 
 TEST(QwenTokenizer, CopiesShareTheLoadedTables) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   const Tokenizer copy = qwen().value();
   EXPECT_EQ(&copy.token_text(0), &qwen()->token_text(0));
 }
@@ -205,7 +204,7 @@ std::string stream(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
 }
 
 TEST(StreamDecoder, GoldenIdsStreamToGoldenTextInValidPieces) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   for (const json& c : golden_cases()) {
     SCOPED_TRACE(c.at("text").dump());
     std::vector<std::string> pieces;
@@ -216,7 +215,7 @@ TEST(StreamDecoder, GoldenIdsStreamToGoldenTextInValidPieces) {
 }
 
 TEST(StreamDecoder, HoldsBackACharacterSplitOverByteTokens) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   const std::vector<int32_t> byte = byte_tokens(qwen().value());
   ASSERT_EQ(std::count(byte.begin(), byte.end(), -1), 0);
   StreamDecoder decoder(qwen().value());
@@ -233,7 +232,7 @@ TEST(StreamDecoder, HoldsBackACharacterSplitOverByteTokens) {
 }
 
 TEST(StreamDecoder, JoinsAMultiByteTokenToTheRestOfItsCharacter) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   // Emoji share their first bytes, so the vocabulary has a token for the first two.
   int32_t emoji_start = -1;
   for (int32_t id = 0; id < qwen()->vocab_size() && emoji_start < 0; ++id) {
@@ -251,7 +250,7 @@ TEST(StreamDecoder, JoinsAMultiByteTokenToTheRestOfItsCharacter) {
 }
 
 TEST(StreamDecoder, BytesThatCannotBecomeUtf8ComeOutAsReplacementCharacters) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   const std::vector<int32_t> byte = byte_tokens(qwen().value());
   const std::string fffd(utf8::kReplacement);
   StreamDecoder decoder(qwen().value());
@@ -269,7 +268,7 @@ TEST(StreamDecoder, BytesThatCannotBecomeUtf8ComeOutAsReplacementCharacters) {
 }
 
 TEST(StreamDecoder, MatchesDecodeOnRandomTokenSoup) {
-  ASSERT_QWEN_LOADED();
+  ASSERT_OK(qwen());
   const std::vector<int32_t> byte = byte_tokens(qwen().value());
   std::mt19937 rng(3);
   std::uniform_int_distribution<int32_t> any_id(0, static_cast<int32_t>(qwen()->vocab_size()) - 1);
@@ -318,7 +317,7 @@ std::vector<int32_t> bytes_of(const std::string& text) { return {text.begin(), t
 
 std::vector<int32_t> encode_ok(const Tokenizer& tokenizer, const std::string& text) {
   auto ids = tokenizer.encode(text);
-  EXPECT_TRUE(ids.ok()) << ids.status().message();
+  EXPECT_OK(ids);
   return ids.ok() ? ids.value() : std::vector<int32_t>{};
 }
 
@@ -326,7 +325,7 @@ TEST(TinyTokenizer, EqualRankMergesGoLeftmostFirst) {
   // The pair form and the older "left right" string form.
   for (const json& merges : {json::array({merge_pair("a", "a")}), json::array({"a a"})}) {
     auto tokenizer = Tokenizer::from_json(tiny_tokenizer({"aa"}, merges, json::array()).dump());
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+    ASSERT_OK(tokenizer);
     EXPECT_EQ(encode_ok(tokenizer.value(), "aaa"), (std::vector<int32_t>{256, 'a'}));
     EXPECT_EQ(encode_ok(tokenizer.value(), "aaaa"), (std::vector<int32_t>{256, 256}));
   }
@@ -338,7 +337,7 @@ TEST(TinyTokenizer, LowerRankMergesFirst) {
       tiny_tokenizer({"bc", "ab"}, json::array({merge_pair("b", "c"), merge_pair("a", "b")}),
                      json::array())
           .dump());
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  ASSERT_OK(tokenizer);
   EXPECT_EQ(encode_ok(tokenizer.value(), "abc"), (std::vector<int32_t>{'a', 256}));
   EXPECT_EQ(encode_ok(tokenizer.value(), "abd"), (std::vector<int32_t>{257, 'd'}));
 }
@@ -348,7 +347,7 @@ TEST(TinyTokenizer, AddedTokenFlagsStripSpaceAndRequireWholeWords) {
                       added_token(302, "word", "single_word"),
                       added_token(303, "\xC3\xA9", "normalized")};  // é, composed
   auto tokenizer = Tokenizer::from_json(tiny_tokenizer({}, json::array(), added).dump());
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  ASSERT_OK(tokenizer);
   const Tokenizer& t = tokenizer.value();
   EXPECT_EQ(encode_ok(t, "x  <mask>"), (std::vector<int32_t>{'x', 300}));
   EXPECT_EQ(encode_ok(t, "[R] \t y"), (std::vector<int32_t>{301, 'y'}));
@@ -362,7 +361,7 @@ TEST(TinyTokenizer, AddedTokenFlagsStripSpaceAndRequireWholeWords) {
 TEST(TinyTokenizer, LongestAddedTokenWinsAtTheSamePosition) {
   const json added = {added_token(300, "<a>", ""), added_token(301, "<a><b>", "")};
   auto tokenizer = Tokenizer::from_json(tiny_tokenizer({}, json::array(), added).dump());
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  ASSERT_OK(tokenizer);
   EXPECT_EQ(encode_ok(tokenizer.value(), "<a><b><a>"), (std::vector<int32_t>{301, 300}));
 }
 

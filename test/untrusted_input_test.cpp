@@ -14,6 +14,7 @@
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/safetensors.h"
 #include "kuiper/tokenizer/tokenizer.h"
+#include "support/assertions.h"
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/paths.h"
@@ -41,7 +42,7 @@ TEST(JsonReader, ParseNeverThrows) {
   EXPECT_MENTIONS(error_of(parse_json("{\"a\": 1e999}", "x.json")), "x.json is not valid JSON");
   EXPECT_MENTIONS(error_of(parse_json("{\"a\": ", "x.json")), "x.json is not valid JSON");
   EXPECT_MENTIONS(error_of(parse_json<nlohmann::ordered_json>("[1e999]", "line")), "line");
-  EXPECT_TRUE(parse_json("{\"a\": 1e300}", "x.json").ok());
+  EXPECT_OK(parse_json("{\"a\": 1e300}", "x.json"));
 }
 
 TEST(JsonReader, IntegersAreCheckedForTypeAndRange) {
@@ -114,7 +115,7 @@ TEST(UntrustedConfig, IntegersBeyondInt64OrTheLimitsAreErrors) {
 
 TEST(UntrustedConfig, ModelFileConfigIsRangeChecked) {
   Result<ModelConfig> config = ModelConfig::from_hf(qwen3_config());
-  ASSERT_TRUE(config.ok()) << config.status().message();
+  ASSERT_OK(config);
   json j = config->to_json();
   j["num_layers"] = 2000000000;
   EXPECT_MENTIONS(error_of(ModelConfig::from_json(j)),
@@ -129,7 +130,7 @@ TEST(UntrustedConfig, ModelFileConfigIsRangeChecked) {
 
 TEST(UntrustedConfig, VisionSizesAreRangeChecked) {
   json c = json::parse(test::read_text(test::fixtures_dir() + "/qwen3-vl-tiny/config.json"));
-  ASSERT_TRUE(ModelConfig::from_hf(c).ok());
+  ASSERT_OK(ModelConfig::from_hf(c));
   c["vision_config"]["depth"] = 2000000000;
   EXPECT_MENTIONS(from_hf_error(c), "vision_config: depth: 2000000000 is outside");
   c["vision_config"]["depth"] = 3.5;
@@ -174,7 +175,7 @@ TEST(UntrustedSafetensors, HugeNumbersAndWrongTypesInTheHeaderAreErrors) {
   write_safetensors(path, R"({"w": {"dtype": 5, "shape": [1], "data_offsets": [0, 4]}})", 4);
   EXPECT_MENTIONS(error_of(SafetensorsFile::open(path)), "tensor 'w': dtype: expected a string");
   write_safetensors(path, R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 4);
-  EXPECT_TRUE(SafetensorsFile::open(path).ok());
+  EXPECT_OK(SafetensorsFile::open(path));
 }
 
 TEST(UntrustedSafetensors, HugeNumberInTheIndexIsAnError) {

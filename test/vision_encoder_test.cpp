@@ -6,7 +6,6 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +17,7 @@
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
 #include "support/paths.h"
+#include "support/tensors.h"
 
 namespace kuiper {
 namespace {
@@ -36,14 +36,14 @@ const FixtureCheckpoint& fixture() {
     auto* made = new FixtureCheckpoint();
     const std::string src = test::fixtures_dir() + "/" + kFixture;
     Status written = test::write_fixture_checkpoint(src, made->dir.path());
-    EXPECT_TRUE(written.ok()) << written.message();
+    EXPECT_OK(written);
     std::ifstream in(src + "/config.json");
     const nlohmann::json config = nlohmann::json::parse(in);
     Result<VisionConfig> vc = VisionConfig::from_hf(config.at("vision_config"));
-    EXPECT_TRUE(vc.ok()) << vc.status().message();
+    EXPECT_OK(vc);
     if (vc.ok()) made->config = *vc;
     Result<SafetensorsCheckpoint> ckpt = SafetensorsCheckpoint::open(made->dir.path());
-    EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
+    EXPECT_OK(ckpt);
     if (ckpt.ok()) made->checkpoint = std::make_unique<SafetensorsCheckpoint>(std::move(*ckpt));
     return made;
   }();
@@ -64,7 +64,7 @@ std::unique_ptr<VisionEncoder> make_encoder(DeviceType device, DataType act) {
   if (f.checkpoint == nullptr) return nullptr;
   Result<std::unique_ptr<VisionEncoder>> enc =
       VisionEncoder::create(f.config, getter(*f.checkpoint), device, act);
-  EXPECT_TRUE(enc.ok()) << enc.status().message();
+  EXPECT_OK(enc);
   return enc.ok() ? std::move(*enc) : nullptr;
 }
 
@@ -85,23 +85,9 @@ ImageInput golden_image(const test::Golden& golden, const std::string& which = "
   return in;
 }
 
-std::vector<float> host_floats(const Tensor& t) {
-  Tensor host = t.to(DeviceType::kCpu).value();
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  EXPECT_TRUE(convert_elements(host.raw(), host.dtype(), v.data(), DataType::kFp32, v.size()).ok());
-  return v;
-}
-
 double max_abs_diff(const Tensor& out, const test::GoldenTensor& ref) {
   EXPECT_EQ(out.shape(), ref.shape);
-  const std::vector<float> o = host_floats(out);
-  if (o.size() != ref.f32.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < o.size(); ++i) {
-    if (std::isnan(o[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(double(o[i]) - ref.f32[i]));
-  }
-  return worst;
+  return test::max_abs_error(test::host_floats(out), ref.f32);
 }
 
 // Runs the golden image and checks embeds and both deepstack features within `tol` max abs.
@@ -109,7 +95,7 @@ void expect_matches_golden(VisionEncoder& enc, double tol, const std::string& wh
   const test::Golden golden = test::Golden::load(kFixture);
   const ImageInput in = golden_image(golden, which);
   Result<ImageFeatures> out = enc.forward(in.pixels, {in.grid});
-  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_OK(out);
   ASSERT_EQ(out->deepstack.size(), 2u);
   const double e = max_abs_diff(out->embeds, golden.at("image.vision_embeds"));
   const double d0 = max_abs_diff(out->deepstack[0], golden.at("image.deepstack0"));
@@ -137,7 +123,7 @@ TEST(VisionEncoder, GoldenOutputsFollowTheFastProcessorsPixels) {
   const test::Golden golden = test::Golden::load(kFixture);
   const ImageInput slow = golden_image(golden, "slow");
   Result<ImageFeatures> out = enc->forward(slow.pixels, {slow.grid});
-  ASSERT_TRUE(out.ok()) << out.status().message();
+  ASSERT_OK(out);
   const double e = max_abs_diff(out->embeds, golden.at("image.vision_embeds"));
   std::printf("[ measured ] cpu fp32, slow pixels: max abs error embeds %.3g\n", e);
   EXPECT_GT(e, 1e-4);
@@ -153,10 +139,7 @@ TEST(VisionEncoder, ImagesInOneBatchDoNotMix) {
   // A second, smaller image of random pixels, first in the batch.
   const std::array<int64_t, 3> small_grid = {1, 4, 6};
   const int64_t small_n = 24, P = enc->config().patch_dim();
-  Tensor small = Tensor::empty({small_n, P}, DataType::kFp32).value();
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (int64_t i = 0; i < small.numel(); ++i) small.data<float>()[i] = dist(rng);
+  const Tensor small = test::random_tensor({small_n, P}, 7);
   const int64_t big_n = img.pixels.dim(0);
   Tensor both = Tensor::empty({small_n + big_n, P}, DataType::kFp32).value();
   std::copy_n(small.data<float>(), small.numel(), both.data<float>());
@@ -165,11 +148,14 @@ TEST(VisionEncoder, ImagesInOneBatchDoNotMix) {
   Result<ImageFeatures> alone_small = enc->forward(small, {small_grid});
   Result<ImageFeatures> alone_big = enc->forward(img.pixels, {img.grid});
   Result<ImageFeatures> batch = enc->forward(both, {small_grid, img.grid});
-  ASSERT_TRUE(alone_small.ok() && alone_big.ok() && batch.ok());
+  ASSERT_OK(alone_small);
+  ASSERT_OK(alone_big);
+  ASSERT_OK(batch);
   const int64_t small_tokens = small_n / 4, big_tokens = big_n / 4, O = 128;
   auto compare = [&](const Tensor& batched, const Tensor& a, const Tensor& b) {
     ASSERT_EQ(batched.dim(0), small_tokens + big_tokens);
-    const std::vector<float> x = host_floats(batched), ya = host_floats(a), yb = host_floats(b);
+    const std::vector<float> x = test::host_floats(batched), ya = test::host_floats(a),
+                             yb = test::host_floats(b);
     double worst = 0;
     for (int64_t i = 0; i < small_tokens * O; ++i) worst = std::max(worst, double(std::fabs(x[i] - ya[i])));
     for (int64_t i = 0; i < big_tokens * O; ++i) {

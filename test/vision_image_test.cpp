@@ -20,13 +20,10 @@
 
 #include "kuiper/vision/image.h"
 #include "kuiper/vision/preprocess.h"
+#include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
 #include "support/paths.h"
-
-// Fails the test (and returns) with the message of a failed Result.
-#define ASSERT_RESULT_OK(result) \
-  ASSERT_TRUE((result).ok()) << #result << ": " << (result).status().message()
 
 namespace kuiper {
 namespace {
@@ -172,13 +169,13 @@ Image random_image(int64_t width, int64_t height, uint32_t seed) {
 
 TEST(VisionImage, FixtureImageMatchesTransformers) {
   auto image = load_image(fixture_file("test_image.png"));
-  ASSERT_RESULT_OK(image);
+  ASSERT_OK(image);
   EXPECT_EQ(image->width, 96);
   EXPECT_EQ(image->height, 64);
   auto config = ImageProcessorConfig::from_json(fixture_preprocessor_config());
-  ASSERT_RESULT_OK(config);
+  ASSERT_OK(config);
   auto processed = preprocess_image(*image, *config);
-  ASSERT_RESULT_OK(processed);
+  ASSERT_OK(processed);
 
   const test::Golden golden = test::Golden::load(kFixture);
   for (const char* backend : {"slow", "fast"}) {
@@ -259,7 +256,7 @@ TEST(VisionImage, SmartResizeFollowsTransformers) {
   };
   for (const Case& c : cases) {
     auto got = smart_resize(c.h, c.w, c.factor, c.min_pixels, c.max_pixels);
-    ASSERT_RESULT_OK(got);
+    ASSERT_OK(got);
     EXPECT_EQ(got->first, c.want_h) << c.h << "x" << c.w;
     EXPECT_EQ(got->second, c.want_w) << c.h << "x" << c.w;
   }
@@ -372,7 +369,7 @@ TEST(VisionImage, PatchOrderIsTheProcessorTranspose) {
   config.do_normalize = false;
   const Image image = random_image(24, 16, 3);
   auto got = preprocess_image(image, config);
-  ASSERT_RESULT_OK(got);
+  ASSERT_OK(got);
   const int64_t P = 4, M = 2, T = 2, gh = 4, gw = 6;
   EXPECT_EQ(got->grid, (std::array<int64_t, 3>{1, gh, gw}));
   // patches [T, C, gh/M, M, P, gw/M, M, P] read in the order (gh/M, gw/M, M, M, C, T, P, P).
@@ -407,7 +404,7 @@ TEST(VisionImage, RescaleAndNormalizeAsNumpy) {
   image.height = 2;
   image.rgb = {0, 128, 255, 1, 2, 3, 250, 251, 252, 100, 200, 50};
   auto got = preprocess_image(image, config);
-  ASSERT_RESULT_OK(got);
+  ASSERT_OK(got);
   ASSERT_EQ(got->pixel_values.size(), 12u);
   for (int c = 0; c < 3; ++c) {
     for (int p = 0; p < 4; ++p) {
@@ -436,16 +433,16 @@ TEST(VisionImage, LargeImageIsResizedDownToMaxPixels) {
   rows.clear();
   rows.shrink_to_fit();
   auto image = decode_image(png.data(), png.size(), "large.png");
-  ASSERT_RESULT_OK(image);
+  ASSERT_OK(image);
   ASSERT_EQ(image->width, W);
   ASSERT_EQ(image->height, H);
 
   auto json = fixture_preprocessor_config();
   json["size"]["longest_edge"] = 1 << 20;
   auto config = ImageProcessorConfig::from_json(json);
-  ASSERT_RESULT_OK(config);
+  ASSERT_OK(config);
   auto processed = preprocess_image(*image, *config);
-  ASSERT_RESULT_OK(processed);
+  ASSERT_OK(processed);
   // smart_resize(3000, 4000, 32, 65536, 2^20) = (864, 1152): see SmartResizeFollowsTransformers.
   const int64_t h = 864, w = 1152;
   EXPECT_EQ(processed->grid, (std::array<int64_t, 3>{1, h / 16, w / 16}));
@@ -527,7 +524,7 @@ TEST(VisionImage, BadFilesAreClearErrors) {
   padded.insert(padded.end(), 16, 0);
   write_bytes(dir.file("padded.png"), padded);
   auto padded_png = load_image(dir.file("padded.png"));
-  ASSERT_RESULT_OK(padded_png);
+  ASSERT_OK(padded_png);
 
   // A complete PNG structure with garbage image data: stb_image's error, with the path.
   std::vector<uint8_t> rows(4 * 4 * 3, 9);
@@ -551,7 +548,7 @@ TEST(VisionImage, BadFilesAreClearErrors) {
   padded_jpeg.insert(padded_jpeg.end(), 10, 0);
   write_bytes(dir.file("padded.jpg"), padded_jpeg);
   auto padded_jpg = load_image(dir.file("padded.jpg"));
-  ASSERT_RESULT_OK(padded_jpg);
+  ASSERT_OK(padded_jpg);
   // A stray byte between two marker segments is skipped (libjpeg and stb_image both do).
   std::vector<uint8_t> stray = good_jpeg;
   ASSERT_EQ(stray[2], 0xFF);
@@ -559,7 +556,7 @@ TEST(VisionImage, BadFilesAreClearErrors) {
   stray.insert(stray.begin() + first_segment_end, 0x00);
   write_bytes(dir.file("stray.jpg"), stray);
   auto stray_jpg = load_image(dir.file("stray.jpg"));
-  ASSERT_RESULT_OK(stray_jpg);
+  ASSERT_OK(stray_jpg);
   EXPECT_EQ(stray_jpg->rgb, padded_jpg->rgb);
   // A complete JPEG structure with a bad Huffman table (its class / index byte): libjpeg's
   // error, with the path.
@@ -601,7 +598,7 @@ TEST(VisionImage, JpegDecodes) {
   test::TempDir dir;
   write_bytes(dir.file("ramp.jpg"), make_jpeg(image, 100));
   auto loaded = load_image(dir.file("ramp.jpg"));
-  ASSERT_RESULT_OK(loaded);
+  ASSERT_OK(loaded);
   ASSERT_EQ(loaded->width, 48);
   ASSERT_EQ(loaded->height, 32);
   int max_diff = 0;
@@ -625,17 +622,17 @@ TEST(VisionImage, ExifOrientationAsPil) {
   for (const auto& c : doc["png"]) {
     SCOPED_TRACE(c["file"].get<std::string>());
     auto image = load_image(dir + c["file"].get<std::string>());
-    ASSERT_RESULT_OK(image);
+    ASSERT_OK(image);
     EXPECT_EQ(image->width, c["width"].get<int64_t>());
     EXPECT_EQ(image->height, c["height"].get<int64_t>());
     EXPECT_EQ(image->rgb, c["rgb"].get<std::vector<uint8_t>>());
   }
   auto upright = load_image(dir + "orientation_1.jpg");
-  ASSERT_RESULT_OK(upright);
+  ASSERT_OK(upright);
   for (const auto& c : doc["jpeg"]) {
     SCOPED_TRACE(c["file"].get<std::string>());
     auto image = load_image(dir + c["file"].get<std::string>());
-    ASSERT_RESULT_OK(image);
+    ASSERT_OK(image);
     ASSERT_EQ(image->width, c["width"].get<int64_t>());
     ASSERT_EQ(image->height, c["height"].get<int64_t>());
     EXPECT_EQ(image->rgb, c["rgb"].get<std::vector<uint8_t>>());
@@ -685,11 +682,11 @@ TEST(VisionImage, ExifOrientationByteOrderAndBadTags) {
   auto decode = [&](const std::vector<uint8_t>& bytes) { return decode_image(bytes.data(), bytes.size(), "exif.jpg"); };
   auto upright = decode(plain);
   auto rotated = load_image(dir + "orientation_6.jpg");
-  ASSERT_RESULT_OK(upright);
-  ASSERT_RESULT_OK(rotated);
+  ASSERT_OK(upright);
+  ASSERT_OK(rotated);
   for (bool little : {true, false}) {
     auto image = decode(with_exif(little, 0x0112, 3, 1, 6));
-    ASSERT_RESULT_OK(image);
+    ASSERT_OK(image);
     EXPECT_EQ(image->width, upright->height);  // rotated a quarter turn
     EXPECT_EQ(image->height, upright->width);
     EXPECT_EQ(image->rgb, rotated->rgb) << (little ? "II" : "MM");
@@ -703,7 +700,7 @@ TEST(VisionImage, ExifOrientationByteOrderAndBadTags) {
   };
   for (const auto& bytes : bad) {
     auto image = decode(bytes);
-    ASSERT_RESULT_OK(image);
+    ASSERT_OK(image);
     EXPECT_EQ(image->width, upright->width);
     EXPECT_EQ(image->rgb, upright->rgb);
   }
@@ -713,7 +710,7 @@ TEST(VisionImage, ExifOrientationByteOrderAndBadTags) {
   cut[18] = 0xFF;
   cut[19] = 0xFF;
   auto image = decode(cut);
-  ASSERT_RESULT_OK(image);
+  ASSERT_OK(image);
   EXPECT_EQ(image->rgb, upright->rgb);
   EXPECT_EQ(image->width, upright->width);
 }
@@ -729,7 +726,7 @@ TEST(VisionImage, JpegDecodesAsPil) {
   for (const auto& c : doc) {
     SCOPED_TRACE(c["file"].get<std::string>());
     auto image = load_image(dir + c["file"].get<std::string>());
-    ASSERT_RESULT_OK(image);
+    ASSERT_OK(image);
     EXPECT_EQ(image->width, c["width"].get<int64_t>());
     EXPECT_EQ(image->height, c["height"].get<int64_t>());
     EXPECT_EQ(image->rgb, c["rgb"].get<std::vector<uint8_t>>());
@@ -744,27 +741,27 @@ TEST(VisionImage, ColourTypesConvertToRgbAsPil) {
   };
   // Gray (L): replicated.
   auto gray = load("gray.png", make_png(3, 1, 8, 0, {0, 100, 255}));
-  ASSERT_RESULT_OK(gray);
+  ASSERT_OK(gray);
   EXPECT_EQ(gray->rgb, (std::vector<uint8_t>{0, 0, 0, 100, 100, 100, 255, 255, 255}));
   // Gray + alpha (LA): gray replicated, alpha dropped (not composited on a background).
   auto gray_alpha = load("la.png", make_png(2, 1, 8, 4, {40, 0, 200, 128}));
-  ASSERT_RESULT_OK(gray_alpha);
+  ASSERT_OK(gray_alpha);
   EXPECT_EQ(gray_alpha->rgb, (std::vector<uint8_t>{40, 40, 40, 200, 200, 200}));
   // RGBA: alpha dropped.
   auto rgba = load("rgba.png", make_png(2, 1, 8, 6, {10, 20, 30, 0, 40, 50, 60, 255}));
-  ASSERT_RESULT_OK(rgba);
+  ASSERT_OK(rgba);
   EXPECT_EQ(rgba->rgb, (std::vector<uint8_t>{10, 20, 30, 40, 50, 60}));
   // Palette (P) with a transparent entry: the palette colours.
   auto palette = load("p.png", make_png(4, 1, 8, 3, {2, 0, 1, 2}, {255, 0, 0, 0, 255, 0, 1, 2, 3}, {0, 255}));
-  ASSERT_RESULT_OK(palette);
+  ASSERT_OK(palette);
   EXPECT_EQ(palette->rgb, (std::vector<uint8_t>{1, 2, 3, 255, 0, 0, 0, 255, 0, 1, 2, 3}));
   // 16-bit RGB: the high byte of each channel (PIL reads RGB;16B as RGB the same way).
   auto deep = load("rgb16.png", make_png(1, 1, 16, 2, {0x12, 0x34, 0xAB, 0xCD, 0xFF, 0x00}));
-  ASSERT_RESULT_OK(deep);
+  ASSERT_OK(deep);
   EXPECT_EQ(deep->rgb, (std::vector<uint8_t>{0x12, 0xAB, 0xFF}));
   // Plain RGB, 2x2: row-major.
   auto rgb = load("rgb.png", make_png(2, 2, 8, 2, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
-  ASSERT_RESULT_OK(rgb);
+  ASSERT_OK(rgb);
   EXPECT_EQ(rgb->width, 2);
   EXPECT_EQ(rgb->height, 2);
   EXPECT_EQ(rgb->rgb, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
@@ -774,7 +771,7 @@ TEST(VisionImage, ColourTypesConvertToRgbAsPil) {
 
 TEST(VisionImage, ConfigFromJson) {
   auto config = ImageProcessorConfig::from_json(fixture_preprocessor_config());
-  ASSERT_RESULT_OK(config);
+  ASSERT_OK(config);
   EXPECT_EQ(config->min_pixels, 65536);
   EXPECT_EQ(config->max_pixels, 16777216);
   EXPECT_EQ(config->patch_size, 16);
@@ -789,7 +786,7 @@ TEST(VisionImage, ConfigFromJson) {
 
   // Round trip.
   auto again = ImageProcessorConfig::from_json(config->to_json());
-  ASSERT_RESULT_OK(again);
+  ASSERT_OK(again);
   EXPECT_EQ(again->to_json(), config->to_json());
 
   // Older Qwen2-VL files: top-level min_pixels / max_pixels (which override size), defaults for
@@ -797,14 +794,14 @@ TEST(VisionImage, ConfigFromJson) {
   auto old = ImageProcessorConfig::from_json(
       {{"min_pixels", 3136}, {"max_pixels", 12845056}, {"size", {{"shortest_edge", 1}, {"longest_edge", 2}}},
        {"rescale_factor", 0.00392156862745098}, {"do_normalize", false}});
-  ASSERT_RESULT_OK(old);
+  ASSERT_OK(old);
   EXPECT_EQ(old->min_pixels, 3136);
   EXPECT_EQ(old->max_pixels, 12845056);
   EXPECT_EQ(old->patch_size, 14);
   EXPECT_FALSE(old->do_normalize);
   EXPECT_DOUBLE_EQ(old->image_mean[0], 0.48145466);
   auto in_size = ImageProcessorConfig::from_json({{"size", {{"min_pixels", 4096}, {"max_pixels", 65536}}}});
-  ASSERT_RESULT_OK(in_size);
+  ASSERT_OK(in_size);
   EXPECT_EQ(in_size->min_pixels, 4096);
   EXPECT_EQ(in_size->max_pixels, 65536);
 
@@ -843,7 +840,7 @@ TEST(VisionImage, PreprocessRefusesBadInput) {
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("multiple of 28"), std::string::npos) << odd.status().message();
   auto even = preprocess_image(random_image(56, 28, 1), config);
-  ASSERT_RESULT_OK(even);
+  ASSERT_OK(even);
   EXPECT_EQ(even->grid, (std::array<int64_t, 3>{1, 2, 4}));
 }
 

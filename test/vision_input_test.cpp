@@ -4,6 +4,7 @@
 
 #include "kuiper/runtime/chat_session.h"
 #include "kuiper/runtime/vision_input.h"
+#include "support/assertions.h"
 #include "support/golden.h"
 #include "support/paths.h"
 #include "support/cli.h"
@@ -22,11 +23,11 @@ TEST(VisionInput, PlaceholdersComeBeforeTheText) {
 
 TEST(VisionInput, EachPadBecomesItsImagesTokenCount) {
   Result<std::vector<int32_t>> ids = expand_image_pads({1, 7, kPad, 8, 2, 7, kPad, 8}, kPad, {3, 1});
-  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  ASSERT_OK(ids);
   EXPECT_EQ(*ids, (std::vector<int32_t>{1, 7, kPad, kPad, kPad, 8, 2, 7, kPad, 8}));
   // No images, no pads: unchanged.
   ids = expand_image_pads({1, 2, 3}, kPad, {});
-  ASSERT_TRUE(ids.ok());
+  ASSERT_OK(ids);
   EXPECT_EQ(*ids, (std::vector<int32_t>{1, 2, 3}));
 }
 
@@ -48,7 +49,7 @@ TEST(VisionInput, PadRunsAreCheckedAgainstTheImages) {
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0], (std::pair<size_t, size_t>{1, 3}));
   EXPECT_EQ(runs[1], (std::pair<size_t, size_t>{5, 6}));
-  EXPECT_TRUE(check_image_pads(ids, kPad, {2, 1}).ok());
+  EXPECT_OK(check_image_pads(ids, kPad, {2, 1}));
   const Status wrong = check_image_pads(ids, kPad, {2, 4});
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.message().find("image 2 needs 4"), std::string::npos) << wrong.message();
@@ -57,7 +58,7 @@ TEST(VisionInput, PadRunsAreCheckedAgainstTheImages) {
   ASSERT_FALSE(count.ok());
   EXPECT_NE(count.message().find("2 runs"), std::string::npos) << count.message();
   EXPECT_FALSE(check_image_pads({1, kPad}, kPad, {}).ok());
-  EXPECT_TRUE(check_image_pads({1, 2}, kPad, {}).ok());
+  EXPECT_OK(check_image_pads({1, 2}, kPad, {}));
 }
 
 TEST(VisionInput, ImageTokensFollowTheMergeSize) {
@@ -81,20 +82,20 @@ TEST(VisionInput, GoldenImagePromptRendersToTheGoldenIds) {
   image.grid = {grid[0], grid[1], grid[2]};
   Result<Tokenizer> tokenizer =
       Tokenizer::from_json(test::read_text(test::tokenizer_dir() + "/tokenizer.json"));
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  ASSERT_OK(tokenizer);
   Result<ChatTemplate> chat_template = ChatTemplate::from_tokenizer_config(
       test::read_text(test::tokenizer_dir() + "/tokenizer_config.json"));
-  ASSERT_TRUE(chat_template.ok()) << chat_template.status().message();
+  ASSERT_OK(chat_template);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   messages.push_back(
       {{"role", "user"}, {"content", with_image_placeholders("Describe this image.", 1)}});
   Result<std::vector<int32_t>> ids = encode_chat(*chat_template, *tokenizer, messages, {});
-  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  ASSERT_OK(ids);
   ModelConfig config;
   config.vision = VisionConfig();
   config.vision->spatial_merge_size = 2;
   ids = expand_image_pads(*ids, kPad, image_tokens(config, {image}));
-  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  ASSERT_OK(ids);
   EXPECT_EQ(*ids, want);
 }
 

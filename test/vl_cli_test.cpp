@@ -5,9 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +15,7 @@
 
 #include "kuiper/base/allocator.h"
 #include "kuiper/tokenizer/tokenizer.h"
+#include "support/assertions.h"
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
@@ -27,6 +26,9 @@ namespace {
 
 using nlohmann::json;
 using test::CliResult;
+using test::ids_flag;
+using test::parse_jsonl;
+using test::read_floats;
 
 constexpr const char* kChildEnv = "OMP_WAIT_POLICY=passive";  // the machine may be shared
 constexpr const char* kFixture = "qwen3-vl-tiny";
@@ -47,33 +49,11 @@ constexpr size_t kImageTokens = 72;
 
 std::string vl_model() { return test::converted_fixture(kFixture, DataType::kFp32); }
 
-std::vector<json> parse_jsonl(const std::string& text) {
-  std::vector<json> records;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) records.push_back(json::parse(line));
-  }
-  return records;
-}
-
-std::string ids_flag(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
-  return s;
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  const std::string bytes = test::read_text(path);
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
-
 // The text of the golden greedy continuation.
 std::string golden_reply() {
   Result<Tokenizer> tokenizer =
       Tokenizer::from_json(test::read_text(test::tokenizer_dir() + "/tokenizer.json"));
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  EXPECT_OK(tokenizer);
   return tokenizer.ok() ? tokenizer->decode(img_greedy()) : std::string();
 }
 
@@ -132,7 +112,7 @@ class VlCli : public ::testing::Test {
 TEST_F(VlCli, GreedyImagePromptGivesTheGoldenIds) {
   const std::string hf = path("hf");
   const Status written = test::write_fixture_checkpoint(test::fixtures_dir() + "/" + kFixture, hf);
-  ASSERT_TRUE(written.ok()) << written.message();
+  ASSERT_OK(written);
   const std::string model = path("vl.bin");
   CliResult convert =
       run("kuiper-convert", {"--hf", hf, "--out", model, "--dtype", "fp32"});

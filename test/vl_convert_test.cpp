@@ -8,6 +8,7 @@
 
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/model_file.h"
+#include "support/assertions.h"
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/paths.h"
@@ -30,7 +31,7 @@ std::string from_hf_error(const json& hf) {
 
 TEST(VlConfig, FromHfReadsTextConfigRopeAndVision) {
   Result<ModelConfig> r = ModelConfig::from_hf(vl_config());
-  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_OK(r);
   const ModelConfig& c = *r;
   EXPECT_EQ(c.arch, Architecture::kQwen3VL);
   EXPECT_EQ(c.vocab_size, 151936);
@@ -59,7 +60,7 @@ TEST(VlConfig, FromHfReadsTextConfigRopeAndVision) {
 
   // The engine's own JSON round-trips every field, the vision tower included.
   Result<ModelConfig> back = ModelConfig::from_json(c.to_json());
-  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_OK(back);
   EXPECT_EQ(back->to_json(), c.to_json());
   EXPECT_EQ(back->vision->to_json(), c.vision->to_json());
 }
@@ -73,7 +74,8 @@ TEST(VlConfig, RopeParametersStyleGivesTheSameConfig) {
   text.erase("rope_theta");
   text["rope_parameters"] = rope;
   Result<ModelConfig> a = ModelConfig::from_hf(vl_config()), b = ModelConfig::from_hf(hf);
-  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_EQ(a->to_json(), b->to_json());
 }
 
@@ -150,11 +152,11 @@ TEST(VlConfig, BadVlConfigsAreClearErrors) {
 TEST(VlConvert, FixtureKeepsEveryTensorAndThePreprocessorConfig) {
   TempDir dir;
   const std::string hf = dir.file("hf"), out = dir.file("vl.bin");
-  ASSERT_TRUE(test::write_fixture_checkpoint(vl_fixture_dir(), hf).ok());
+  ASSERT_OK(test::write_fixture_checkpoint(vl_fixture_dir(), hf));
   Status s = convert_checkpoint(hf, out, std::nullopt);
-  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_OK(s);
   Result<std::shared_ptr<ModelFile>> r = ModelFile::open(out);
-  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_OK(r);
   const ModelFile& mf = **r;
   EXPECT_EQ(mf.config().arch, Architecture::kQwen3VL);
   EXPECT_EQ(mf.metadata()["architecture"], "qwen3_vl");
@@ -169,7 +171,7 @@ TEST(VlConvert, FixtureKeepsEveryTensorAndThePreprocessorConfig) {
   ASSERT_EQ(mf.tensors().size(), specs.size());
   for (const TensorSpec& spec : specs) {
     Result<Tensor> t = mf.tensor(spec.name);
-    ASSERT_TRUE(t.ok()) << t.status().message();
+    ASSERT_OK(t);
     EXPECT_EQ(t->dtype(), DataType::kBf16) << spec.name;
     const std::vector<uint16_t> want = test::fixture_bf16(spec.name, spec.shape);
     ASSERT_EQ(std::memcmp(t->raw(), want.data(), t->nbytes()), 0) << spec.name;
@@ -184,7 +186,7 @@ TEST(VlConvert, MissingVisionTensorOrPreprocessorConfigIsNamed) {
   for (const TensorSpec& t : tensors) {
     if (t.name != "model.visual.merger.norm.bias") without.push_back(t);
   }
-  ASSERT_TRUE(test::write_checkpoint(hf, without, dir.file("a")).ok());
+  ASSERT_OK(test::write_checkpoint(hf, without, dir.file("a")));
   fs::copy_file(vl_fixture_dir() + "/preprocessor_config.json",
                 dir.file("a") + "/preprocessor_config.json");
   Status s = convert_checkpoint(dir.file("a"), dir.file("a.bin"), std::nullopt);
@@ -194,7 +196,7 @@ TEST(VlConvert, MissingVisionTensorOrPreprocessorConfigIsNamed) {
   EXPECT_FALSE(fs::exists(dir.file("a.bin")));
 
   // write_checkpoint writes no preprocessor_config.json: a VL model needs one.
-  ASSERT_TRUE(test::write_checkpoint(hf, tensors, dir.file("b")).ok());
+  ASSERT_OK(test::write_checkpoint(hf, tensors, dir.file("b")));
   s = convert_checkpoint(dir.file("b"), dir.file("b.bin"), std::nullopt);
   EXPECT_EQ(s.message(), dir.file("b") +
                              ": preprocessor_config.json is missing (the model file embeds the "
@@ -203,13 +205,13 @@ TEST(VlConvert, MissingVisionTensorOrPreprocessorConfigIsNamed) {
 
 TEST(VlConvert, CliConvertsTheFixture) {
   TempDir dir;
-  ASSERT_TRUE(test::write_fixture_checkpoint(vl_fixture_dir(), dir.file("hf")).ok());
+  ASSERT_OK(test::write_fixture_checkpoint(vl_fixture_dir(), dir.file("hf")));
   test::CliResult r = test::run_program(
       "kuiper-convert", {"--hf", dir.file("hf"), "--out", dir.file("m.bin"), "--dtype", "fp32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("wrote " + dir.file("m.bin") + ": qwen3_vl"), std::string::npos) << r.err;
   Result<std::shared_ptr<ModelFile>> mf = ModelFile::open(dir.file("m.bin"));
-  ASSERT_TRUE(mf.ok()) << mf.status().message();
+  ASSERT_OK(mf);
   for (const TensorEntry& e : (*mf)->tensors()) EXPECT_EQ(e.dtype, DataType::kFp32) << e.name;
 }
 

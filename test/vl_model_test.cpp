@@ -19,16 +19,12 @@
 #include "support/fixture_checkpoint.h"
 #include "support/golden.h"
 #include "support/paths.h"
+#include "support/tensors.h"
 
 namespace kuiper::test {
 namespace {
 
 const char kFixture[] = "qwen3-vl-tiny";
-
-std::vector<float> host_floats(const Tensor& t) {
-  Tensor host = t.to(DeviceType::kCpu).value();
-  return std::vector<float>(host.data<float>(), host.data<float>() + host.numel());
-}
 
 Tensor golden_tensor(const Golden& g, const std::string& name) {
   const GoldenTensor& t = g.at(name);
@@ -45,7 +41,7 @@ std::array<int64_t, 3> golden_grid(const Golden& g, const std::string& name) {
 std::unique_ptr<Model> load_vl(const ModelOptions& options) {
   const std::string path = converted_fixture(kFixture, DataType::kFp32);
   Result<std::unique_ptr<Model>> model = Model::load(path, options);
-  EXPECT_TRUE(model.ok()) << model.status().message();
+  EXPECT_OK(model);
   return model.ok() ? std::move(model).value() : nullptr;
 }
 
@@ -120,7 +116,7 @@ void expect_greedy(Model& model, Result<Tensor> logits, const Golden& g, const s
   const size_t V = static_cast<size_t>(model.config().vocab_size);
   int checked = 0;
   for (size_t step = 0; step < greedy.size(); ++step) {
-    ASSERT_TRUE(logits.ok()) << logits.status().message();
+    ASSERT_OK(logits);
     const std::vector<float> row = host_floats(*logits);
     ASSERT_EQ(row.size(), V);
     if (margin[step] > 1e-2f) {
@@ -145,7 +141,7 @@ TEST(VlRopeIndex, MatchesGoldenPositionIds) {
     Result<RopeIndex> r = qwen3_vl_rope_index(ids, config.image_token_id,
                                               config.vision->spatial_merge_size,
                                               {golden_grid(g, grid)});
-    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_OK(r);
     EXPECT_EQ(r->positions, g.at("img.position_ids").i32) << grid;
     const int32_t max = *std::max_element(r->positions.begin(), r->positions.end());
     EXPECT_EQ(r->delta, max + 1 - static_cast<int64_t>(ids.size()));
@@ -160,14 +156,14 @@ TEST(VlRopeIndex, MatchesGoldenPositionIds) {
 TEST(VlRopeIndex, TextIsArangeAndMismatchesAreErrors) {
   const int32_t pad = 9;
   Result<RopeIndex> text = qwen3_vl_rope_index({1, 2, 3}, pad, 2, {});
-  ASSERT_TRUE(text.ok());
+  ASSERT_OK(text);
   EXPECT_EQ(text->positions, std::vector<int32_t>({0, 1, 2, 0, 1, 2, 0, 1, 2}));
   EXPECT_EQ(text->delta, 0);
 
   // Two images, (1, 4, 6) -> 2x3 merged and (2, 2, 2) -> 2 frames of 1x1, between text.
   std::vector<int32_t> ids = {5, pad, pad, pad, pad, pad, pad, 6, pad, pad, 7};
   Result<RopeIndex> two = qwen3_vl_rope_index(ids, pad, 2, {{1, 4, 6}, {2, 2, 2}});
-  ASSERT_TRUE(two.ok()) << two.status().message();
+  ASSERT_OK(two);
   EXPECT_EQ(two->positions, std::vector<int32_t>({0, 1, 1, 1, 1, 1, 1, 4, 5, 6, 7,    // t
                                                   0, 1, 1, 1, 2, 2, 2, 4, 5, 5, 7,    // h
                                                   0, 1, 2, 3, 1, 2, 3, 4, 5, 5, 7}));  // w
@@ -195,7 +191,7 @@ void text_only_chat(const ModelOptions& options) {
   ASSERT_NE(model, nullptr);
   const std::vector<int32_t>& ids = g.at("chat.ids").i32;
   Result<Tensor> logits = model->forward(ids, 0, true);
-  ASSERT_TRUE(logits.ok()) << logits.status().message();
+  ASSERT_OK(logits);
   expect_logits_match(host_floats(*logits), g, "chat",
                       static_cast<size_t>(model->config().vocab_size));
 }
@@ -210,7 +206,7 @@ void image_prompt_with_golden_vision(const ModelOptions& options) {
   const size_t V = static_cast<size_t>(model->config().vocab_size);
   RopeIndex index;
   Result<Tensor> all = forward_image_prompt(*model, ids, grids, features, LogitRows::kAll, &index);
-  ASSERT_TRUE(all.ok()) << all.status().message();
+  ASSERT_OK(all);
   expect_logits_match(host_floats(*all), g, "img", V);
 
   const std::vector<int32_t>& pos = g.at("img.position_ids").i32;
@@ -219,7 +215,7 @@ void image_prompt_with_golden_vision(const ModelOptions& options) {
 
   // Again with only the last row, then decode: the delta carries into every step.
   Result<Tensor> last = forward_image_prompt(*model, ids, grids, features, LogitRows::kLast, &index);
-  ASSERT_TRUE(last.ok()) << last.status().message();
+  ASSERT_OK(last);
   expect_greedy(*model, std::move(last), g, "img", index.delta);
 }
 
@@ -245,9 +241,9 @@ void image_prompt_from_pixels(const ModelOptions& options, const ProcessedImage&
 
   // The tower's output against the golden one, for the record.
   Result<ImagePixels> pixels = image_pixels({image});
-  ASSERT_TRUE(pixels.ok()) << pixels.status().message();
+  ASSERT_OK(pixels);
   Result<ImageFeatures> vision = model->encode_images(*pixels);
-  ASSERT_TRUE(vision.ok()) << vision.status().message();
+  ASSERT_OK(vision);
   const std::vector<float> want = g.at("image.vision_embeds").f32;
   const std::vector<float> got = host_floats(vision->embeds);
   ASSERT_EQ(got.size(), want.size());
@@ -255,12 +251,12 @@ void image_prompt_from_pixels(const ModelOptions& options, const ProcessedImage&
               relative_max_error(got.data(), want.data(), want.size()));
 
   Result<ImageSpan> span = encode_image_span(*model, ids, 0, {image});
-  ASSERT_TRUE(span.ok()) << span.status().message();
+  ASSERT_OK(span);
   SequenceInput prompt = span_input(ids, 0, LogitRows::kLast);
   prompt.rope_positions = span->index.positions;
   prompt.image = &span->features;
   Result<Tensor> last = forward_one(*model, prompt);
-  ASSERT_TRUE(last.ok()) << last.status().message();
+  ASSERT_OK(last);
   const std::vector<float> row = host_floats(*last);
   const std::vector<float>& golden_last = g.at("img.logits_last").f32;
   ASSERT_EQ(row.size(), V);
@@ -282,7 +278,7 @@ void image_prompt_from_png(const ModelOptions& options) {
   auto model = load_vl(options);
   ASSERT_NE(model, nullptr);
   Result<ProcessedImage> image = test_image_pixels(*model);
-  ASSERT_TRUE(image.ok()) << image.status().message();
+  ASSERT_OK(image);
   image_prompt_from_pixels(options, *image, 1e-3);
 }
 
@@ -297,7 +293,7 @@ void wrong_vision_rows_do_not_match(const ModelOptions& options) {
   Result<Tensor> no_deepstack =
       forward_image_prompt(*model, ids, {golden_grid(g, "image.grid_thw_fast")}, embeds_only,
                            LogitRows::kLast, &index);
-  ASSERT_TRUE(no_deepstack.ok()) << no_deepstack.status().message();
+  ASSERT_OK(no_deepstack);
   const std::vector<float>& want = g.at("img.logits_last").f32;
   EXPECT_GT(relative_max_error(host_floats(*no_deepstack).data(), want.data(), want.size()), 1e-3);
 }
@@ -351,7 +347,7 @@ TEST(VlModel, ImagesThatDoNotFitThePromptAreErrors) {
 TEST(VlModel, TextModelsTakeNoImages) {
   Result<std::unique_ptr<Model>> text =
       Model::load(converted_fixture("qwen3-tiny", DataType::kFp32), ModelOptions{});
-  ASSERT_TRUE(text.ok()) << text.status().message();
+  ASSERT_OK(text);
   ImagePixels pixels;
   EXPECT_EQ((*text)->encode_images(pixels).status().message(), "a qwen3 model takes no images");
 }
@@ -369,7 +365,7 @@ TEST(VlModel, RopeDeltaFollowsTheCache) {
   Result<RopeIndex> index = qwen3_vl_rope_index(ids, config.image_token_id,
                                                 config.vision->spatial_merge_size,
                                                 {golden_grid(g, "image.grid_thw_fast")});
-  ASSERT_TRUE(index.ok()) << index.status().message();
+  ASSERT_OK(index);
   RopeDeltas deltas;
   deltas.add(*index, 0, T);
   const int64_t delta = deltas.at(T);
@@ -448,12 +444,12 @@ TEST(CudaVlModel, Fp16ImagePromptAgreesOnTopTokens) {
   const std::vector<int32_t>& ids = g.at("img.ids").i32;
   const size_t V = static_cast<size_t>(model->config().vocab_size), T = ids.size();
   Result<ImageSpan> span = encode_image_span(*model, ids, 0, {golden_pixels(g, "fast")});
-  ASSERT_TRUE(span.ok()) << span.status().message();
+  ASSERT_OK(span);
   SequenceInput prompt = span_input(ids, 0, LogitRows::kAll);
   prompt.rope_positions = span->index.positions;
   prompt.image = &span->features;
   Result<Tensor> all = forward_one(*model, prompt);
-  ASSERT_TRUE(all.ok()) << all.status().message();
+  ASSERT_OK(all);
   const std::vector<float> logits = host_floats(*all);
   const std::vector<float>& last = g.at("img.logits_last").f32;
   std::printf("[ measured ] fp16 img: last-position logits max rel error %.3g\n",
@@ -472,7 +468,7 @@ TEST(CudaVlModel, Fp16ImagePromptAgreesOnTopTokens) {
   prompt.logits = LogitRows::kLast;
   Result<Tensor> step = forward_one(*model, prompt);
   for (size_t i = 0; i < greedy.size(); ++i) {
-    ASSERT_TRUE(step.ok()) << step.status().message();
+    ASSERT_OK(step);
     const std::vector<float> row = host_floats(*step);
     if (margin[i] > 0.05f) EXPECT_EQ(top_k(row.data(), V, 1)[0], greedy[i]) << "step " << i;
     const std::vector<int32_t> token = {greedy[i]};

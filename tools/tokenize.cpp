@@ -15,6 +15,7 @@
 #include <glog/logging.h>
 #include <nlohmann/json.hpp>
 
+#include "kuiper/base/json_reader.h"
 #include "kuiper/model/model_file.h"
 #include "kuiper/tokenizer/tokenizer.h"
 
@@ -64,46 +65,32 @@ Result<Tokenizer> load_tokenizer() {
   return tokenizer;
 }
 
-// nlohmann's message starts with its own position ("... at line 1, column 5: "), which would
-// read as a line of our input; keep the column and the reason.
-std::string describe(const json::parse_error& e) {
-  const std::string what = e.what();
-  const size_t reason = what.find(": ", what.find("column"));
-  return "invalid JSON at column " + std::to_string(e.byte) + ": " +
-         (reason == std::string::npos ? what : what.substr(reason + 2));
+// One input line through the checked parser (a number beyond a double, 1e999, is an error too,
+// not an exception). nlohmann's message gives its own position ("... at line 1, column 5: "),
+// whose line would read as a line of our input; keep the column and the reason.
+Result<json> parse_line(const std::string& line) {
+  Result<json> value = kuiper::parse_json(line, "input");
+  if (value.ok()) return value;
+  const std::string& message = value.status().message();
+  const size_t column = message.find("column");
+  return Status::Error(column == std::string::npos ? message
+                                                   : "invalid JSON at " + message.substr(column));
 }
 
 Result<std::string> encode_line(const Tokenizer& tokenizer, const std::string& line) {
-  json value;
-  try {
-    value = json::parse(line);
-  } catch (const json::parse_error& e) {
-    return Status::Error(describe(e));
-  }
+  KUIPER_ASSIGN_OR_RETURN(const json value, parse_line(line));
   if (!value.is_string()) return Status::Error("expected a JSON string, got " + value.dump());
   KUIPER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.encode(value.get<std::string>()));
   return json(ids).dump();
 }
 
 Result<std::string> decode_line(const Tokenizer& tokenizer, const std::string& line) {
-  json value;
-  try {
-    value = json::parse(line);
-  } catch (const json::parse_error& e) {
-    return Status::Error(describe(e));
-  }
+  KUIPER_ASSIGN_OR_RETURN(const json value, parse_line(line));
   if (!value.is_array()) return Status::Error("expected a JSON array of ids, got " + value.dump());
-  std::vector<int32_t> ids;
-  for (const json& id : value) {
-    if (!id.is_number_integer()) return Status::Error("id " + id.dump() + " is not an integer");
-    const int64_t n = id.get<int64_t>();
-    if (n < 0 || n >= tokenizer.vocab_size()) {
-      return Status::Error("id " + std::to_string(n) + " is out of range [0, " +
-                           std::to_string(tokenizer.vocab_size()) + ")");
-    }
-    ids.push_back(static_cast<int32_t>(n));
-  }
-  return json(tokenizer.decode(ids)).dump();
+  const kuiper::JsonReader reader(value, "ids");
+  KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                          reader.to_int_list(0, tokenizer.vocab_size() - 1));
+  return json(tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()))).dump();
 }
 
 // Returns the exit status: 0 when every line was handled.

@@ -1,12 +1,34 @@
 #include "kuiper/model/model.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include <glog/logging.h>
 
 #include "kuiper/model/qwen_model.h"
 
 namespace kuiper {
 
+namespace {
+
+// The load summary logged at --v=1: what was built, how large, how long it took.
+std::string load_summary(const std::string& path, const Model& model, int64_t weight_bytes,
+                         double seconds) {
+  const ModelOptions& o = model.options();
+  char sizes[96];
+  std::snprintf(sizes, sizeof(sizes), "decoder weights %.1f MiB, loaded in %.2f s",
+                static_cast<double>(weight_bytes) / (1 << 20), seconds);
+  return path + ": " + device_name(o.device) + ", " + dtype_name(o.activation) +
+         " activations, " + attention_name(o.attention) + " attention, max_context " +
+         std::to_string(model.max_context()) + ", KV pool " + std::to_string(model.kv_blocks()) +
+         " x " + std::to_string(model.kv_block_size()) + " tokens, " + sizes;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelFile> file, ModelFile::open(path));
   switch (file->config().arch) {
     case Architecture::kQwen2:
@@ -14,6 +36,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
     case Architecture::kQwen3VL: {
       KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
                               QwenModel::create(std::move(file), options));
+      VLOG(1) << load_summary(
+          path, *model, model->weight_bytes(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return std::unique_ptr<Model>(std::move(model));
     }
     default:

@@ -132,8 +132,13 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& c
   return model;
 }
 
-template <typename Get>
-Status QwenModel::build_weights(Get&& get) {
+template <typename Fetch>
+Status QwenModel::build_weights(Fetch&& fetch) {
+  auto get = [&](const std::string& name, const std::vector<int64_t>& shape, Tensor& out) {
+    const Status s = fetch(name, shape, out);
+    if (s.ok()) weight_bytes_ += static_cast<int64_t>(out.nbytes());
+    return s;
+  };
   const ModelConfig& c = config_;
   const DeviceType dev = options_.device;
   const DataType act = options_.activation;

@@ -34,6 +34,9 @@ class QwenModel : public Model {
 
   Result<ImageFeatures> encode_images(const ImagePixels& images) override;
 
+  // Bytes of the decoder's weights where they run (the vision tower's not counted).
+  int64_t weight_bytes() const { return weight_bytes_; }
+
  protected:
   Result<Tensor> run_batch(Span<const SequenceInput> batch) override;
 
@@ -90,9 +93,10 @@ class QwenModel : public Model {
   static Result<std::unique_ptr<QwenModel>> make(ModelConfig config,
                                                  std::shared_ptr<ModelFile> file,
                                                  const ModelOptions& options);
-  // Fills every weight with `get(name, shape, out)` and allocates the KV pool.
-  template <typename Get>
-  Status build_weights(Get&& get);
+  // Fills every weight with `fetch(name, shape, out)`, counting its bytes, and allocates the
+  // KV pool.
+  template <typename Fetch>
+  Status build_weights(Fetch&& fetch);
   // Stacks each layer's q/k/v and gate/up matrices (see Layer); device models only.
   Status stack_projections();
   Result<Workspace> make_workspace(int64_t tokens) const;
@@ -119,6 +123,7 @@ class QwenModel : public Model {
   std::vector<DeviceGraph> decode_graphs_;
   // Host staging of a sequence's cache positions and rotary positions, reused across calls.
   std::vector<int32_t> host_positions_, host_rope_, host_pass_rope_;
+  int64_t weight_bytes_ = 0;
 };
 
 }  // namespace kuiper

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -22,6 +23,28 @@ std::string shell_quote(const std::string& text) {
   std::string quoted = "'";
   for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return quoted + "'";
+}
+
+std::vector<nlohmann::json> parse_jsonl(const std::string& text) {
+  std::vector<nlohmann::json> records;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  }
+  return records;
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  const std::string bytes = read_text(path);
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+std::string ids_flag(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
 }
 
 CliResult run_program(const std::string& program, const std::vector<std::string>& args,

@@ -1,8 +1,11 @@
-// Running the built command-line programs from tests.
+// Running the built command-line programs from tests, and reading what they write.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace kuiper::test {
 
@@ -19,5 +22,12 @@ CliResult run_program(const std::string& program, const std::vector<std::string>
 
 std::string read_text(const std::string& path);
 std::string shell_quote(const std::string& text);
+
+// One JSON record a line of `text` (a program's --output); blank lines are skipped.
+std::vector<nlohmann::json> parse_jsonl(const std::string& text);
+// The raw fp32 values of a file (kuiper-logits' output).
+std::vector<float> read_floats(const std::string& path);
+// Token ids as a flag value: "1,2,3".
+std::string ids_flag(const std::vector<int32_t>& ids);
 
 }  // namespace kuiper::test

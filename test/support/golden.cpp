@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
 
 #include "kuiper/model/safetensors.h"
+#include "support/assertions.h"
 #include "support/paths.h"
 
 namespace kuiper::test {
@@ -22,7 +24,7 @@ Golden Golden::load(const std::string& fixture) {
 Golden Golden::load_file(const std::string& path) {
   Golden g;
   Result<SafetensorsFile> file = SafetensorsFile::open(path);
-  EXPECT_TRUE(file.ok()) << file.status().message();
+  EXPECT_OK(file);
   if (!file.ok()) return g;
   for (const SafetensorsTensor& t : file->tensors()) {
     GoldenTensor& out = g.tensors_[t.name];
@@ -33,7 +35,7 @@ Golden Golden::load_file(const std::string& path) {
       std::memcpy(out.i32.data(), t.data, t.nbytes);
     } else {
       out.f32.resize(n);
-      EXPECT_TRUE(convert_elements(t.data, t.dtype, out.f32.data(), DataType::kFp32, n).ok());
+      EXPECT_OK(convert_elements(t.data, t.dtype, out.f32.data(), DataType::kFp32, n));
     }
   }
   return g;
@@ -64,6 +66,16 @@ double relative_max_error(const float* a, const float* b, size_t n) {
     scale = std::max(scale, std::fabs(double(b[i])));
   }
   return err / std::max(scale, 1e-30);
+}
+
+double max_abs_error(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return std::numeric_limits<double>::infinity();
+    err = std::max(err, std::fabs(double(a[i]) - b[i]));
+  }
+  return err;
 }
 
 double log_sum_exp(const float* x, size_t n) {

@@ -35,6 +35,8 @@ std::vector<int32_t> recorded_chat_greedy(const std::string& fixture);
 
 // max |a - b| / max |b|: the error measure of the acceptance criteria.
 double relative_max_error(const float* a, const float* b, size_t n);
+// max |a - b|, or infinity when the sizes differ or an element of either is NaN (poison left).
+double max_abs_error(const std::vector<float>& a, const std::vector<float>& b);
 // log(sum(exp(x))) computed stably in double.
 double log_sum_exp(const float* x, size_t n);
 // Indices of the k largest values, largest first.

@@ -113,6 +113,20 @@ Tensor to_host_fp32(const Tensor& t) {
   return *f;
 }
 
+std::vector<float> host_floats(const Tensor& t) {
+  const Tensor f = to_host_fp32(t);
+  if (!f.defined()) return {};
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
+}
+
+std::vector<float> host_floats(const Result<Tensor>& t) {
+  if (!t.ok()) {
+    ADD_FAILURE() << "host_floats: " << t.status().message();
+    return {};
+  }
+  return host_floats(*t);
+}
+
 Difference compare(const Tensor& out, const Tensor& ref) {
   Difference d;
   if (out.numel() != ref.numel()) {

@@ -33,6 +33,11 @@ Tensor upload(const Tensor& host, DataType dtype, DeviceType device);
 // Any float tensor as a host fp32 tensor.
 Tensor to_host_fp32(const Tensor& t);
 
+// Any float tensor's elements as fp32 values on the host (empty when it cannot be read); the
+// second form fails the test with the error of a failed result.
+std::vector<float> host_floats(const Tensor& t);
+std::vector<float> host_floats(const Result<Tensor>& t);
+
 // How far a result is from its reference, element by element over same-sized tensors of any
 // float dtype or int32 on any device.
 struct Difference {
