@@ -361,7 +361,9 @@ TEST(CudaModelBatch, GraphDecodeOfTwoBlocksMatchesEager) {
       const std::vector<SequenceInput> prefill = {span_in(ids, 0, 1), span_in(first, 0, 0)};
       ASSERT_OK(model.forward(prefill));
       for (int64_t i = 0; i < 6; ++i) {
-        const std::vector<int32_t> a = {ids[static_cast<size_t>(i)]}, b = {ids[static_cast<size_t>(T / 2 + i)]};
+        // Any valid ids serve; the VL chat prompt is shorter than T / 2 + 6, so wrap around.
+        const std::vector<int32_t> a = {ids[static_cast<size_t>(i % T)]},
+                                   b = {ids[static_cast<size_t>((T / 2 + i) % T)]};
         const SequenceInput sa = span_in(a, T + i, 1), sb = span_in(b, T / 2 + i, 0);
         // Alternate lone steps of each block with steps of both.
         if (i % 2 == 0) {
