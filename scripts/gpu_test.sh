@@ -3,6 +3,14 @@
 #
 #   scripts/gpu_test.sh              # all tests
 #   GTEST_FILTER='Cuda*' scripts/gpu_test.sh
+#   SANITIZE=memcheck GTEST_FILTER='Cuda*:Matmul*' scripts/gpu_test.sh
+#   SANITIZE=racecheck GTEST_FILTER='CudaAttention*' scripts/gpu_test.sh
+#
+# SANITIZE=memcheck|racecheck|initcheck|synccheck runs the tests under that compute-sanitizer tool
+# instead (no benchmark; the child programs of the CLI tests are checked too); any error it
+# reports fails the script. The tools slow kernels 10-100x (racecheck most), so narrow the run
+# with GTEST_FILTER. memcheck cannot see an overrun into the slack of a caching allocator's block
+# (kuiper/base/cuda_allocator.cu rounds sizes up), only past the block.
 #
 # On the lent GPU machine (no package registry) the build dependencies travel as .deb files in
 # .gpu/debs, picked up when present; the test data is the repository's own (test/data). Logs go
@@ -22,7 +30,21 @@ cmake -S . -B "$BUILD" -G Ninja -DKUIPER_CUDA_ARCHS=90 > "$LOGS/cmake.log" 2>&1 
   ninja -C "$BUILD" > "$LOGS/build.log" 2>&1 || { tail -n 40 "$LOGS/cmake.log" "$LOGS/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-"./$BUILD/bin/kuiper_tests" --gtest_filter="${GTEST_FILTER:-*}" > "$LOGS/test.log" 2>&1
+tests=("./$BUILD/bin/kuiper_tests" "--gtest_filter=${GTEST_FILTER:-*}")
+if [ -n "${SANITIZE:-}" ]; then
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  log="$LOGS/$SANITIZE.log"
+  # --error-exitcode: an error fails the run even where the test itself passes; a child program
+  # that never touches CUDA (a CLI test on the CPU) is no error.
+  "$sanitizer" --tool "$SANITIZE" --error-exitcode 1 --target-processes all \
+    --require-cuda-init no --print-limit 100 "${tests[@]}" > "$log" 2>&1
+  rc=$?
+  grep -E '^\[  FAILED  \]|^\[  PASSED  \]|tests? ran|SKIPPED \] [0-9]|ERROR SUMMARY|RACECHECK SUMMARY' \
+    "$log" | sort | uniq -c | tail -25
+  exit $rc
+fi
+
+"${tests[@]}" > "$LOGS/test.log" 2>&1
 tests_rc=$?
 grep -E '^\[  FAILED  \]|^\[  PASSED  \]|tests? ran|SKIPPED \] [0-9]' "$LOGS/test.log" | sort -u | tail -25
 
