@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -70,10 +71,52 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// A tensors.json entry's "set" list (see detweights.py) applied to the tensor's bf16 bits in
+// order: each block of [begin, end) ranges, one per dimension, takes the value.
+Status apply_sets(const std::string& name, const json& sets, const std::vector<int64_t>& shape,
+                  std::vector<uint16_t>& bits) {
+  for (const json& set : sets) {
+    const json& at = set.value("at", json());
+    if (!at.is_array() || at.size() != shape.size() || !set.contains("value") ||
+        !set["value"].is_number()) {
+      return Status::Error(name + ": a set needs \"at\" (one range per dimension) and a number "
+                                  "\"value\": " + set.dump());
+    }
+    std::vector<int64_t> begin, end;
+    for (size_t d = 0; d < at.size(); ++d) {
+      const bool pair = at[d].is_array() && at[d].size() == 2 && at[d][0].is_number_integer() &&
+                        at[d][1].is_number_integer();
+      const int64_t b = pair ? at[d][0].get<int64_t>() : 0, e = pair ? at[d][1].get<int64_t>() : 0;
+      if (!pair || b < 0 || b >= e || e > shape[d]) {
+        return Status::Error(name + ": set at " + at.dump() + " does not fit shape " +
+                             shape_string(shape));
+      }
+      begin.push_back(b);
+      end.push_back(e);
+    }
+    const uint16_t value = float_to_bf16(static_cast<float>(set["value"].get<double>()));
+    // Every index of the block, the last dimension fastest.
+    std::vector<int64_t> index = begin;
+    while (true) {
+      int64_t flat = 0;
+      for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + index[d];
+      bits[static_cast<size_t>(flat)] = value;
+      size_t d = shape.size();
+      while (d > 0 && ++index[d - 1] == end[d - 1]) {
+        index[d - 1] = begin[d - 1];
+        --d;
+      }
+      if (d == 0) break;
+    }
+  }
+  return Status::Ok();
+}
+
 // One safetensors file laid out exactly as detweights.py writes it: the header in insertion
-// order with compact separators, "__metadata__" last, padded with spaces to 8 bytes.
+// order with compact separators, "__metadata__" last, padded with spaces to 8 bytes. `sets`
+// (by tensor name, may be null) plants values over the recipe's.
 Status write_safetensors(const std::string& path, const std::vector<TensorSpec>& tensors,
-                         DataType dtype) {
+                         DataType dtype, const std::map<std::string, json>* sets = nullptr) {
   const char* dtype_label = safetensors_dtype(dtype);
   if (dtype_label == nullptr) {
     return Status::Error(std::string("cannot store ") + dtype_name(dtype) + " in a test checkpoint");
@@ -99,6 +142,9 @@ Status write_safetensors(const std::string& path, const std::vector<TensorSpec>&
   std::vector<uint8_t> data;
   for (const TensorSpec& t : tensors) {
     std::vector<uint16_t> bits = fixture_bf16(t.name, t.shape);
+    if (sets != nullptr && sets->count(t.name) != 0) {
+      KUIPER_RETURN_IF_ERROR(apply_sets(t.name, sets->at(t.name), t.shape, bits));
+    }
     data.resize(bits.size() * dtype_size(dtype));
     KUIPER_RETURN_IF_ERROR(
         convert_elements(bits.data(), DataType::kBf16, data.data(), dtype, bits.size()));
@@ -181,10 +227,12 @@ Status write_fixture_checkpoint(const std::string& fixture_dir, const std::strin
 
   KUIPER_ASSIGN_OR_RETURN(json list, read_json(fixture_dir + "/tensors.json"));
   std::vector<TensorSpec> tensors;
+  std::map<std::string, json> sets;
   for (const json& t : list) {
     tensors.push_back({t.at("name").get<std::string>(), t.at("shape").get<std::vector<int64_t>>()});
+    if (t.contains("set")) sets[tensors.back().name] = t["set"];
   }
-  return write_safetensors(out_dir + "/model.safetensors", tensors, DataType::kBf16);
+  return write_safetensors(out_dir + "/model.safetensors", tensors, DataType::kBf16, &sets);
 }
 
 Status write_checkpoint(const json& hf_config, const std::vector<TensorSpec>& tensors,

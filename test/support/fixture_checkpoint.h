@@ -46,7 +46,8 @@ struct CheckpointOptions {
 
 // Writes the fixture at `fixture_dir` (config.json + tensors.json) as a complete HF directory
 // in `out_dir`, as detweights.py does: config.json, other .json files but tensors.json, .png
-// files, the tokenizer files, and a model.safetensors bit-identical to the script's.
+// files, the tokenizer files, and a model.safetensors bit-identical to the script's (the
+// entries' "set" plants included; one that does not fit its tensor is an error).
 Status write_fixture_checkpoint(const std::string& fixture_dir, const std::string& out_dir);
 
 // An HF directory for any config.json: `tensors` (names and shapes) filled by the recipe, and
