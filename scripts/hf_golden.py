@@ -98,8 +98,10 @@ def run_prompt(model, prefix, ids, greedy_steps, device, out, **inputs):
                              do_sample=False, output_scores=True, return_dict_in_generate=True,
                              pad_token_id=0, eos_token_id=None, **inputs)
     # For the record: what the residual stream reaches (fp16's largest number is 65504).
-    print(f"  {prefix}: max |residual| after layer 0 {result.hidden_states[1].abs().max().item():.4g}, "
-          f"finite logits {torch.isfinite(logits).all().item()}")
+    if result.hidden_states is not None:
+        print(f"  {prefix}: max |residual| after layer 0 "
+              f"{result.hidden_states[1].abs().max().item():.4g}, "
+              f"finite logits {torch.isfinite(logits).all().item()}")
     top = torch.topk(logits, 8, dim=-1)
     scores = torch.stack([s[0].float() for s in gen.scores])
     top2 = torch.topk(scores, 2, dim=-1).values
