@@ -156,6 +156,8 @@ def vl_goldens(model, config, cfg_dir, tokenizer_dir, ref, device, out):
              {"pixel_values": image["pixel_values"].to(device),
               "image_grid_thw": grid.to(device)})):
         ids = torch.tensor(tokenizer(text)["input_ids"], dtype=torch.int64)
+        if inputs:  # which tokens are the image's (1) and which text (0), as the processor says
+            inputs["mm_token_type_ids"] = (ids == config.image_token_id).to(torch.int32)[None].to(device)
         if ref is not None and f"{prefix}.ids" in ref and not torch.equal(
                 ref[f"{prefix}.ids"].to(torch.int64), ids):
             raise RuntimeError(f"the {prefix} prompt's ids differ from the reference golden's")
