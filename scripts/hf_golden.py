@@ -9,6 +9,7 @@ recipe (detweights.py in DETWEIGHTS_DIR, the same recipe the C++ tests use), run
 below and writes CONFIG_DIR/golden.safetensors with the tensors the shared fixtures have:
 P.ids, P.logits_last, P.top_ids, P.top_vals, P.lse, P.greedy, P.greedy_margin.
 Prompts are pseudo-random ids below the vocabulary size: "short" (19 ids) and "long" (300).
+A config with rope scaling also gets "shiftedN" (see shifted_prompts).
 """
 import json
 import os
@@ -24,6 +25,30 @@ GREEDY_STEPS = 8
 def prompt_ids(vocab, n, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (n,), generator=g, dtype=torch.int64)
+
+
+SHIFTS = (1000, 32760, 40000, 120000)
+
+
+def shifted_prompts(model, config, device, out):
+    """With rope scaling (YaRN), the "short" prompt rotated at positions N + t for each N of
+    SHIFTS, its attention still over itself alone (an empty cache): shiftedN.ids, .logits_last,
+    .top_ids, .top_vals, .lse."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") == "default":
+        return
+    ids = prompt_ids(config.vocab_size, 19, 1)
+    for shift in SHIFTS:
+        positions = torch.arange(len(ids)) + shift
+        with torch.no_grad():
+            logits = model(ids[None].to(device),
+                           position_ids=positions[None].to(device)).logits[0].float()
+        top = torch.topk(logits, 8, dim=-1)
+        out[f"shifted{shift}.ids"] = ids.to(torch.int32)
+        out[f"shifted{shift}.logits_last"] = logits[-1].cpu()
+        out[f"shifted{shift}.top_ids"] = top.indices.to(torch.int32).cpu()
+        out[f"shifted{shift}.top_vals"] = top.values.cpu()
+        out[f"shifted{shift}.lse"] = torch.logsumexp(logits, dim=-1).cpu()
 
 
 def main():
@@ -63,6 +88,7 @@ def main():
             out[f"{prompt}.lse"] = torch.logsumexp(logits, dim=-1).cpu()
             out[f"{prompt}.greedy"] = gen.sequences[0, n:].to(torch.int32).cpu()
             out[f"{prompt}.greedy_margin"] = (top2[:, 0] - top2[:, 1]).cpu()
+        shifted_prompts(model, config, device, out)
         out = {k: v.contiguous() for k, v in out.items()}
         save_file(out, os.path.join(cfg_dir, "golden.safetensors"),
                   metadata={"transformers": __import__("transformers").__version__,
