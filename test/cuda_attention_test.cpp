@@ -1,7 +1,7 @@
-// The CUDA attention kernels (mha, flash1, flash2; prefill and decode; fp32 and fp16; decode
-// with a device position) against the CPU reference on random inputs. Outputs are poisoned with NaN before each
-// run and cache rows past the valid prefix hold NaN, so an unwritten output or a read beyond the
-// context fails the comparison.
+// The CUDA attention kernels (mha, flash1, flash2; prefill and decode; fp32, fp16 and bf16;
+// decode with a device position) against the CPU reference on random inputs. Outputs are poisoned
+// with NaN before each run and cache rows past the valid prefix hold NaN, so an unwritten output or
+// a read beyond the context fails the comparison.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +64,7 @@ Tensor random_host(std::vector<int64_t> shape, DataType dtype, float lo, float h
   for (int64_t i = 0; i < t.numel(); ++i) {
     p[i] = dist(rng);
     if (dtype == DataType::kFp16) p[i] = fp16_to_float(float_to_fp16(p[i]));
+    if (dtype == DataType::kBf16) p[i] = bf16_to_float(float_to_bf16(p[i]));
   }
   return t;
 }
@@ -115,7 +116,8 @@ const Problem& problem_for(DataType dtype, int head_dim, int group, int T, int s
 }
 
 // Max abs error against the reference, relative to the output's scale (its largest |value|).
-// Any non-finite output (an unwritten NaN-poisoned element) fails.
+// Any non-finite output (an unwritten NaN-poisoned element) fails. The 16-bit types' tolerance is
+// 4 units of their rounding (fp16 2^-11, bf16 2^-8): the output and P are rounded to them.
 void expect_close(const Tensor& got, const Tensor& ref, DataType dtype) {
   double scale = 0.0, err = 0.0;
   int64_t bad = 0;
@@ -126,7 +128,9 @@ void expect_close(const Tensor& got, const Tensor& ref, DataType dtype) {
     else err = std::max(err, std::fabs(g - r));
   }
   EXPECT_EQ(bad, 0) << "non-finite outputs (unwritten or NaN read)";
-  const double tol = dtype == DataType::kFp32 ? 1e-4 * std::max(1.0, scale) : 2e-3 * scale + 1e-5;
+  const double tol = dtype == DataType::kFp32   ? 1e-4 * std::max(1.0, scale)
+                     : dtype == DataType::kFp16 ? 2e-3 * scale + 1e-5
+                                                : 1.6e-2 * scale + 1e-5;
   EXPECT_LE(err, tol) << "max abs error " << err << " at output scale " << scale;
 }
 
@@ -192,7 +196,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
 std::vector<Case> all_cases() {
   const AttentionKind kinds[] = {AttentionKind::kMha, AttentionKind::kFlash1,
                                  AttentionKind::kFlash2};
-  const DataType dtypes[] = {DataType::kFp32, DataType::kFp16};
+  const DataType dtypes[] = {DataType::kFp32, DataType::kFp16, DataType::kBf16};
   std::vector<Case> cases;
   for (AttentionKind kind : kinds) {
     for (DataType dtype : dtypes) {
@@ -216,14 +220,16 @@ std::vector<Case> all_cases() {
         cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, d, 2, 129, 3968});
       }
     }
-    cases.push_back({kind, AttentionPhase::kPrefill, DataType::kFp16, false, 128, 4, 4097, 0});
+    for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
+      cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, 128, 4, 4097, 0});
+    }
   }
-  // Split-KV decode at explicit grids (flash2 fp16 and flash1 read decode_grid): one split per
+  // Split-KV decode at explicit grids (flash2 fp16/bf16 and flash1 read decode_grid): one split per
   // (kv head, row block), a few, more than the context can fill (capped), with contexts shorter
   // than, equal to and just past the tiles, and GQA groups up to and past one block's 16 heads.
   // flash1 has one row block per kv head here, so its grid is kKvHeads times the splits.
   for (AttentionKind kind : {AttentionKind::kFlash1, AttentionKind::kFlash2}) {
-    for (DataType dtype : {DataType::kFp32, DataType::kFp16}) {
+    for (DataType dtype : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
       if (kind == AttentionKind::kFlash2 && dtype == DataType::kFp32) continue;
       for (int splits : {1, 2, 3, 7, 64, 1000}) {
         for (int kv : {1, 63, 65, 129, 1000, 4097}) {
@@ -234,7 +240,7 @@ std::vector<Case> all_cases() {
           }
         }
       }
-      // flash2 fp16 spreads the work over decode_grid blocks: kv heads x head groups (2 units
+      // flash2 fp16/bf16 spreads the work over decode_grid blocks: kv heads x head groups (2 units
       // for groups up to 16, 4 for 20) spread over 3 or 5 blocks cross unit boundaries, over 2
       // or 4 end exactly on them; kv lengths 1 and 2 leave one block for every unit.
       if (kind == AttentionKind::kFlash2) {
@@ -268,7 +274,7 @@ std::vector<Case> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(All, CudaAttention, testing::ValuesIn(all_cases()), case_name);
 
-// The fp16 flash2 decode's balanced partition (host arithmetic, no GPU): the blocks tile the
+// The 16-bit flash2 decode's balanced partition (host arithmetic, no GPU): the blocks tile the
 // flattened (unit, key) work exactly, in equal shares to within one key, and decode_block_of
 // names the blocks that touch each unit (the partials its combine merges); a grid that is a
 // multiple of the units keeps every block inside one. Covers ranges that cross unit
@@ -372,47 +378,52 @@ void replay_at_positions(const AttentionRequest& request, int group, int max_pos
   }
 }
 
+// The 16-bit activation types: each graph test below runs for both.
+constexpr DataType kHalfTypes[] = {DataType::kFp16, DataType::kBf16};
+
 // Every kind's device-position decode, captured once and replayed at several positions.
 TEST(CudaAttentionGraph, ReplaysAtAnyPosition) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  for (AttentionKind kind :
-       {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
-    SCOPED_TRACE(attention_name(kind));
-    const AttentionRequest request{kind, AttentionPhase::kDecode, DataType::kFp16,
-                                   DeviceType::kCuda, true, 128};
-    replay_at_positions(request, 4, 3000, {5, 700, 3000});
+  for (DataType dtype : kHalfTypes) {
+    for (AttentionKind kind :
+         {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
+      SCOPED_TRACE(std::string(attention_name(kind)) + " " + dtype_name(dtype));
+      const AttentionRequest request{kind, AttentionPhase::kDecode, dtype, DeviceType::kCuda,
+                                     true, 128};
+      replay_at_positions(request, 4, 3000, {5, 700, 3000});
+    }
   }
 }
 
-// The flash2 fp16 decode graph replayed at short, odd, tile-edge and long positions for GQA
+// The flash2 fp16/bf16 decode graph replayed at short, odd, tile-edge and long positions for GQA
 // groups of 4, 8 and 16 and block counts that cross kv-head boundaries (3, 5) or not (the SM
 // count's default), launched with PDL and without: the partition is recomputed on the device
 // from each position.
 TEST(CudaAttentionGraph, Flash2BalancedPartitionReplays) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  for (int group : {4, 8, 16}) {
-    for (int blocks : {0, 3, 5}) {
-      for (bool pdl : {true, false}) {
-        SCOPED_TRACE("group " + std::to_string(group) + " blocks " + std::to_string(blocks) +
-                     (pdl ? " pdl" : " no pdl"));
-        AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, DataType::kFp16,
-                                 DeviceType::kCuda, true, 128};
-        request.decode_grid = blocks;
-        request.pdl = pdl;
-        replay_at_positions(request, group, 2999, {0, 1, 2, 62, 63, 64, 128, 777, 2999, 5});
+  for (DataType dtype : kHalfTypes) {
+    for (int group : {4, 8, 16}) {
+      for (int blocks : {0, 3, 5}) {
+        for (bool pdl : {true, false}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " group " + std::to_string(group) +
+                       " blocks " + std::to_string(blocks) + (pdl ? " pdl" : " no pdl"));
+          AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
+                                   DeviceType::kCuda, true, 128};
+          request.decode_grid = blocks;
+          request.pdl = pdl;
+          replay_at_positions(request, group, 2999, {0, 1, 2, 62, 63, 64, 128, 777, 2999, 5});
+        }
       }
     }
   }
 }
 
-// PDL: two flash2 fp16 decodes back to back, the second reading the first's output as its query.
+// PDL: two flash2 decodes back to back, the second reading the first's output as its query.
 // The first triggers its dependents at its start, so the second runs early and is correct only
 // if it waits for the first before reading q (an early read sees the NaN poison). Eager and in
 // a graph.
-TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+void decode_waits_for_the_kernel_before(DataType dtype) {
   const int d = 128, group = 4, at = 4000;
-  const DataType dtype = DataType::kFp16;
   AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
                            DeviceType::kCuda, true, d};
   auto first = make_attention(request);
@@ -428,7 +439,7 @@ TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
   a2.q = a1.out;
   a2.out = *nan_tensor(p.q.shape(), dtype);
   auto check = [&]() {
-    Tensor q2 = *to_host_f32(a1.out);  // exactly the fp16 values the second kernel read
+    Tensor q2 = *to_host_f32(a1.out);  // exactly the values the second kernel read
     expect_close(q2, p.ref, dtype);
     Tensor ref = *Tensor::empty(p.q.shape(), DataType::kFp32);
     cpu::attention(q2, p.k, p.v, ref, at);
@@ -455,6 +466,14 @@ TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
     ASSERT_OK(graph->replay());
     ASSERT_TRUE(sync().ok());
     check();
+  }
+}
+
+TEST(CudaAttentionGraph, Flash2DecodeWaitsForTheKernelBefore) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (DataType dtype : kHalfTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    decode_waits_for_the_kernel_before(dtype);
   }
 }
 
@@ -549,14 +568,16 @@ TEST(CudaAttentionGraph, Flash2DecodeSeesTheRowWrittenJustBefore) {
 
 // PDL with a position that changes under the kernel: the decode before writes its output into
 // the memory the second decode reads its position from. The first's values of V for kv head 0
-// are all one vector whose first two fp16 values have the bits of int32 `pos` (low half first),
+// are all one vector whose first two 16-bit values have the bits of int32 `pos` (low half first),
 // so head 0's output, dims 0-1, is exactly that position. Before it lands the memory holds the
 // NaN poison (clamped: the last cache row), which a block starting early reads as its guess; the
 // output must be attention at `pos`.
-TEST(CudaAttentionGraph, Flash2DecodeRereadsAPositionWrittenJustBefore) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const int d = 128, group = 4, at = 4000, pos = 3000;  // 3000: a normal fp16 (0x0BB8), then +0
-  const DataType dtype = DataType::kFp16;
+void decode_rereads_a_position_written_just_before(DataType dtype) {
+  // 3000 (0x0BB8): a normal fp16 and a normal bf16, then +0.
+  const int d = 128, group = 4, at = 4000, pos = 3000;
+  auto from_bits = [dtype](uint16_t bits) {
+    return dtype == DataType::kFp16 ? fp16_to_float(bits) : bf16_to_float(bits);
+  };
   AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
                            DeviceType::kCuda, true, d};
   auto first = make_attention(request);
@@ -565,8 +586,8 @@ TEST(CudaAttentionGraph, Flash2DecodeRereadsAPositionWrittenJustBefore) {
   const Problem& p = problem_for(dtype, d, group, 1, at);
   Tensor v1 = *Tensor::empty(p.v.shape(), DataType::kFp32);
   std::copy(p.v.data<float>(), p.v.data<float>() + p.v.numel(), v1.data<float>());
-  const float low = fp16_to_float(static_cast<uint16_t>(pos & 0xFFFF));
-  const float high = fp16_to_float(static_cast<uint16_t>(pos >> 16));
+  const float low = from_bits(static_cast<uint16_t>(pos & 0xFFFF));
+  const float high = from_bits(static_cast<uint16_t>(pos >> 16));
   for (int t = 0; t <= at; ++t) {  // kv head 0 of every row in the context
     float* row = v1.data<float>() + static_cast<int64_t>(t) * kKvHeads * d;
     row[0] = low;
@@ -602,6 +623,14 @@ TEST(CudaAttentionGraph, Flash2DecodeRereadsAPositionWrittenJustBefore) {
   eager_then_graph(prepare, launch, check);
 }
 
+TEST(CudaAttentionGraph, Flash2DecodeRereadsAPositionWrittenJustBefore) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (DataType dtype : kHalfTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    decode_rereads_a_position_written_just_before(dtype);
+  }
+}
+
 TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {
   auto message = [](AttentionRequest r) {
     r.device = DeviceType::kCuda;
@@ -612,8 +641,22 @@ TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {
                      DeviceType::kCuda, false, 96};
   EXPECT_NE(message(r).find("flash2 decode fp16 head_dim 96"), std::string::npos) << message(r);
   r.head_dim = 128;
+  r.dtype = DataType::kInt8;
+  EXPECT_NE(message(r).find("flash2 decode int8 head_dim 128: unsupported dtype"),
+            std::string::npos)
+      << message(r);
+  // Every kind and phase runs bf16 (on a machine with a GPU; without one, the refusal says so).
   r.dtype = DataType::kBf16;
-  EXPECT_NE(message(r).find("bf16"), std::string::npos) << message(r);
+  const std::string expected = cuda_available() ? "accepted" : "no usable CUDA device";
+  for (AttentionKind kind : {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
+    for (AttentionPhase phase : {AttentionPhase::kPrefill, AttentionPhase::kDecode}) {
+      r.kind = kind;
+      r.phase = phase;
+      EXPECT_NE(message(r).find(expected), std::string::npos) << message(r);
+    }
+  }
+  r.device_position = true;  // the graph-safe decode
+  EXPECT_NE(message(r).find(expected), std::string::npos) << message(r);
   r.dtype = DataType::kFp16;
   r.phase = AttentionPhase::kPrefill;
   r.device_position = true;

@@ -38,14 +38,14 @@ struct AttentionRequest {
   // then size every launch for the cache capacity, never for the position.
   bool device_position = false;
   int64_t head_dim = 0;
-  // Split-KV decode (flash2 fp16, flash1): the blocks of the decode grid, all kv heads' and head
-  // groups' splits together. 0 lets the kernel choose from the SM count; tests and benchmarks
-  // set it to exercise or compare other grids. flash2 fp16 spreads the keys of every (kv head,
+  // Split-KV decode (flash2 fp16/bf16, flash1): the blocks of the decode grid, all kv heads' and
+  // head groups' splits together. 0 lets the kernel choose from the SM count; tests and benchmarks
+  // set it to exercise or compare other grids. flash2 fp16/bf16 spreads the keys of every (kv head,
   // head group) evenly over exactly this many blocks (fewer when the context cannot fill them);
-  // flash1 gives each (kv head, row block) decode_grid / their count splits. The fp32 flash2
-  // decode splits into fixed chunks and ignores it.
+  // flash1 gives each (kv head, row block) decode_grid / their count splits. The fp32 flash2 decode
+  // splits into fixed chunks and ignores it.
   int decode_grid = 0;
-  // Programmatic dependent launch for the kernels that use it (flash2 fp16 decode): on by
+  // Programmatic dependent launch for the kernels that use it (flash2 fp16/bf16 decode): on by
   // default; off for A/B timing.
   bool pdl = true;
 };

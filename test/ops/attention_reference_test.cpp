@@ -67,8 +67,10 @@ TEST(AttentionReference, IsCausalGroupedQuerySoftmax) {
 
 TEST(AttentionReference, RefusesUnsupportedCombinations) {
   op::AttentionRequest req;
-  req.dtype = DataType::kFp16;
-  EXPECT_FALSE(op::make_attention(req).ok());
+  for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {  // the CPU computes in fp32
+    req.dtype = dtype;
+    EXPECT_FALSE(op::make_attention(req).ok()) << dtype_name(dtype);
+  }
   req.dtype = DataType::kFp32;
   req.device_position = true;
   EXPECT_FALSE(op::make_attention(req).ok());

@@ -67,6 +67,7 @@ Result<json> bench_attention_case(const std::string& kind, DataType activation, 
   const double gbs = kv_bytes / seconds / 1e9, tflops = flops / seconds / 1e12;
   return json{{"attention", kind},
               {"kernel", op->name()},
+              {"dtype", kuiper::dtype_name(activation)},
               {"phase", decode ? "decode" : "prefill"},
               {"heads", H},
               {"kv_heads", KVH},
@@ -85,7 +86,11 @@ Result<json> bench_attention_case(const std::string& kind, DataType activation, 
 
 }  // namespace
 
-Result<json> bench_attention(const std::string& kind, DataType activation, double copy_gbs) {
+Result<json> bench_attention(const std::string& kind, DataType model_activation, double copy_gbs) {
+  // The attention runs in --dtype itself: it has bf16 kernels even where the model's activations
+  // for a bf16 checkpoint are still fp16.
+  KUIPER_ASSIGN_OR_RETURN(const DataType stored, kuiper::parse_dtype(FLAGS_dtype));
+  const DataType activation = stored == DataType::kBf16 ? stored : model_activation;
   json rows = json::array();
   if (FLAGS_decode_kv_lens.empty() && FLAGS_causal_lens.empty()) {
     const int64_t L = FLAGS_kv_len, P = std::min<int64_t>(FLAGS_prefill_len, L);
