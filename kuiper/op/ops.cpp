@@ -17,11 +17,11 @@ bool is_float(DataType t) {
   return t == DataType::kFp32 || t == DataType::kFp16 || t == DataType::kBf16;
 }
 
-// Activations: fp32 everywhere, fp16 on CUDA.
+// Activations: fp32 everywhere, fp16 and bf16 on CUDA.
 Status check_activation(const char* op, const Tensor& t) {
   if (!t.defined()) return fail(op, "undefined tensor");
   if (t.dtype() == DataType::kFp32) return Status::Ok();
-  if (t.dtype() == DataType::kFp16 && t.device() == DeviceType::kCuda) return Status::Ok();
+  if (is_float(t.dtype()) && t.device() == DeviceType::kCuda) return Status::Ok();
   return fail(op, "unsupported activation " + t.describe());
 }
 

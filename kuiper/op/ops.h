@@ -21,7 +21,7 @@ Status embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 
 // out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]). w: fp32/fp16/bf16, read in its stored type.
-// out has x's dtype, or fp32 (logits keep full precision when activations are fp16).
+// out has x's dtype, or fp32 (logits keep full precision when activations are 16-bit).
 Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
 
 // Rotary embedding in place, rotate-half form as Hugging Face applies it: for each head,
@@ -57,8 +57,8 @@ Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 //  - residual: out += the product (out holds the residual; op::add); not with swiglu.
 // The GPU GEMV (one row of x) rounds the products, the gate/up pair and the residual sum to the
 // activation type where the unfused ops store them, but applies the norm as a 1 / rms factor on
-// the fp32 dot products, so the normalised x is not rounded (fp16: within an fp16 ulp or so of
-// the composition). Other cases run the composition itself.
+// the fp32 dot products, so the normalised x is not rounded (16-bit: within an ulp or so of the
+// composition). Other cases run the composition itself.
 struct LinearOptions {
   const Tensor* norm = nullptr;
   double eps = 1e-6;

@@ -19,7 +19,7 @@
 namespace kuiper::test {
 
 constexpr DataType kFloatTypes[] = {DataType::kFp32, DataType::kFp16, DataType::kBf16};
-constexpr DataType kActivations[] = {DataType::kFp32, DataType::kFp16};
+constexpr DataType kActivations[] = {DataType::kFp32, DataType::kFp16, DataType::kBf16};
 
 // What the op does with an argument: reads it, writes it (made poisoned), or both (in place).
 enum class Role { kIn, kOut, kInOut };
@@ -46,7 +46,7 @@ OpArg ints(std::vector<int32_t> values, std::vector<int64_t> shape);
 // The max |out - ref| / max |ref| allowed for a written argument, by its dtype. By default fp32
 // results agree to rounding and accumulation order, and 16-bit results carry one rounding to
 // their type (fp16 2^-11, bf16 2^-8) and some fp32 accumulation-order noise on top; int32
-// results (indices) must be equal.
+// results (indices) must be equal. A case that loosens fp16 loosens bf16 eightfold (its ulp).
 struct Tolerance {
   double fp32 = 2e-5;
   double fp16 = 2e-3;

@@ -1,6 +1,6 @@
 // CUDA kernels behind the op layer, one .cu file per op named for it (kernels/cuda/<op>.cu;
 // matmul.cu holds op::linear's fused forms too; attention is a family folder). Activations are
-// fp32 or fp16 (accumulation always fp32); each launch runs on the current stream
+// fp32, fp16 or bf16 (accumulation always fp32); each launch runs on the current stream
 // (kuiper/base/cuda_stream.h) and its launch status is checked and returned.
 #pragma once
 

@@ -52,13 +52,13 @@ Status visit_float(DataType t, Fn&& fn) {
   }
 }
 
-// Activations are fp32 or fp16 (ops.cpp has checked); the switch is kept narrow so that each
-// kernel is instantiated only for the types it can meet.
+// Activations are fp32, fp16 or bf16 (ops.cpp has checked).
 template <typename Fn>
 Status visit_activation(DataType t, Fn&& fn) {
   switch (t) {
     case DataType::kFp32: return fn(TypeTag<float>{});
     case DataType::kFp16: return fn(TypeTag<__half>{});
+    case DataType::kBf16: return fn(TypeTag<__nv_bfloat16>{});
     default: return Status::Error(std::string("no CUDA kernel for activations of ") +
                                   dtype_name(t));
   }

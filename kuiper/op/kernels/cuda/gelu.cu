@@ -1,5 +1,5 @@
-// GELU, exact (erf) or the tanh approximation, one thread per element. Activations fp32 or
-// fp16, arithmetic fp32.
+// GELU, exact (erf) or the tanh approximation, one thread per element. Activations fp32, fp16
+// or bf16, arithmetic fp32.
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 

@@ -1,4 +1,5 @@
-// Row-wise LayerNorm (the vision tower's). Activations fp32 or fp16, arithmetic fp32.
+// Row-wise LayerNorm (the vision tower's). Activations fp32, fp16 or bf16,
+// arithmetic fp32.
 #include <cmath>
 
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"

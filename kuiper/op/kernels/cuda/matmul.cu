@@ -2,11 +2,12 @@
 //
 //  - T == 1 (decode): a hand-written GEMV (see the GEMV section), which also runs op::linear's
 //    fused forms (RMSNorm of x, SwiGLU over stacked gate/up rows, residual add).
-//  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 (fp32 accumulation),
-//    plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference accuracy).
-//  - T > 1 with mixed types (fp32 x and fp16/bf16 w, or fp16 x and bf16 w): a shared-memory tiled
-//    kernel. The model never takes it (it stores matrices in the activation type); it keeps
-//    every combination the op layer accepts correct.
+//  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 and bf16 (fp32
+//    accumulation), plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference
+//    accuracy).
+//  - T > 1 with mixed types (fp32 x and fp16/bf16 w, or fp16 x and bf16 w and the reverse): a
+//    shared-memory tiled kernel. The model never takes it (it stores matrices in the activation
+//    type); it keeps every combination the op layer accepts correct.
 #include <cublas_v2.h>
 
 #include <map>

@@ -1,5 +1,5 @@
 // 2-D rotary embedding of image patches (the vision tower's), rotate-half form, in place.
-// Activations fp32 or fp16, arithmetic fp32.
+// Activations fp32, fp16 or bf16, arithmetic fp32.
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/cuda/rope_row.cuh"
