@@ -23,6 +23,7 @@ CONFIG_DIR/preprocessor_config.json names; both are rebuilt with the Qwen tokeni
 default DETWEIGHTS_DIR/../tokenizer/qwen3) and must equal the reference golden's ids where there
 is one. Also image.pixel_values_fast, image.grid_thw_fast, image.vision_embeds (the merger's
 output) and image.deepstack0.. (the deepstack mergers' outputs).
+A config with rope scaling also gets "shiftedN" prompts (see shifted_prompts).
 """
 import argparse
 import json
@@ -172,6 +173,30 @@ def vl_goldens(model, config, cfg_dir, tokenizer_dir, ref, device, out):
         print(f"{cfg_dir}: pixel values vs the reference golden's: max abs diff {diff:.3g}")
 
 
+SHIFTS = (1000, 32760, 40000, 120000)
+
+
+def shifted_prompts(model, config, device, out):
+    """With rope scaling (YaRN), the "short" prompt rotated at positions N + t for each N of
+    SHIFTS, its attention still over itself alone (an empty cache): shiftedN.ids, .logits_last,
+    .top_ids, .top_vals, .lse."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") == "default":
+        return
+    ids = prompt_ids(config.vocab_size, 19, 1)
+    for shift in SHIFTS:
+        positions = torch.arange(len(ids)) + shift
+        with torch.no_grad():
+            logits = model(ids[None].to(device),
+                           position_ids=positions[None].to(device)).logits[0].float()
+        top = torch.topk(logits, 8, dim=-1)
+        out[f"shifted{shift}.ids"] = ids.to(torch.int32)
+        out[f"shifted{shift}.logits_last"] = logits[-1].cpu()
+        out[f"shifted{shift}.top_ids"] = top.indices.to(torch.int32).cpu()
+        out[f"shifted{shift}.top_vals"] = top.values.cpu()
+        out[f"shifted{shift}.lse"] = torch.logsumexp(logits, dim=-1).cpu()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
@@ -199,6 +224,7 @@ def main():
                 vl_goldens(model, config, cfg_dir, tokenizer_dir, ref, device, out)
             else:
                 text_goldens(model, config, ref, device, out)
+                shifted_prompts(model, config, device, out)
         except Exception as e:  # one configuration's failure leaves the others' goldens
             traceback.print_exc()
             print(f"{cfg_dir}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)

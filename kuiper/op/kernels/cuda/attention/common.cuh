@@ -1,8 +1,9 @@
 // Pieces shared by the CUDA attention kernels (mha, flash1, flash2): the problem geometry every
-// kernel receives, element traits for fp32/fp16 (arithmetic is always fp32), vector loads and
+// kernel receives, element traits for fp32/fp16/bf16 (arithmetic is always fp32), vector loads and
 // tile staging, and the host-side argument checks and (dtype, head_dim) instantiation switch.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -104,6 +105,19 @@ struct Word<half> {
   }
   __device__ static uint32_t pack(const float* in) {
     __half2_raw raw = __half2(__floats2half2_rn(in[0], in[1]));
+    return static_cast<uint32_t>(raw.x) | (static_cast<uint32_t>(raw.y) << 16);
+  }
+};
+template <>
+struct Word<__nv_bfloat16> {
+  static constexpr int kElems = 2;
+  // A bf16 is the upper half of an fp32: widening is a shift or a mask.
+  __device__ static void unpack(uint32_t w, float* out) {
+    out[0] = __uint_as_float(w << 16);
+    out[1] = __uint_as_float(w & 0xffff0000u);
+  }
+  __device__ static uint32_t pack(const float* in) {
+    __nv_bfloat162_raw raw = __nv_bfloat162(__floats2bfloat162_rn(in[0], in[1]));
     return static_cast<uint32_t>(raw.x) | (static_cast<uint32_t>(raw.y) << 16);
   }
 };
@@ -258,7 +272,9 @@ struct DimTag {
 
 // Calls f(TypeTag<T>{}, DimTag<D>{}) for the instantiation serving (dtype, head_dim): the one
 // place the supported set is spelled out, so the dispatcher's refusal and the kernels agree.
-inline bool supported_dtype(DataType t) { return t == DataType::kFp32 || t == DataType::kFp16; }
+inline bool supported_dtype(DataType t) {
+  return t == DataType::kFp32 || t == DataType::kFp16 || t == DataType::kBf16;
+}
 inline bool supported_head_dim(int64_t d) { return d == 64 || d == 128; }
 
 template <typename F>
@@ -270,19 +286,20 @@ Status with_instantiation(DataType dtype, int64_t head_dim, F&& f) {
   };
   if (dtype == DataType::kFp32) return by_dim(TypeTag<float>{});
   if (dtype == DataType::kFp16) return by_dim(TypeTag<half>{});
+  if (dtype == DataType::kBf16) return by_dim(TypeTag<__nv_bfloat16>{});
   return Status::Error(std::string("attention: no kernel for ") + dtype_name(dtype));
 }
 
-// with_instantiation split by element type, as the flash kernels are: tensor_cores(DimTag<D>{})
-// for fp16, simt(DimTag<D>{}) for fp32 (tensor cores would round fp32 operands to tf32, outside
-// what an fp32 path promises).
+// with_instantiation split by element type, as the flash kernels are: tensor_cores(TypeTag<T>{},
+// DimTag<D>{}) for the 16-bit types (fp16, bf16), simt(DimTag<D>{}) for fp32 (tensor cores would
+// round fp32 operands to tf32, outside what an fp32 path promises).
 template <typename TensorCores, typename Simt>
 Status by_element_type(const AttentionRequest& r, TensorCores&& tensor_cores, Simt&& simt) {
   return with_instantiation(r.dtype, r.head_dim, [&](auto tt, auto dt) -> Status {
-    if constexpr (std::is_same_v<typename decltype(tt)::type, half>) {
-      return tensor_cores(dt);
-    } else {
+    if constexpr (std::is_same_v<typename decltype(tt)::type, float>) {
       return simt(dt);
+    } else {
+      return tensor_cores(tt, dt);
     }
   });
 }

@@ -45,7 +45,7 @@ Result<std::unique_ptr<AttentionOp>> make_cuda_attention(const AttentionRequest&
   const std::string combo = "CUDA attention " + describe(request);
   if (request.device != DeviceType::kCuda) return Status::Error(combo + ": not a cuda request");
   if (!supported_dtype(request.dtype)) {
-    return Status::Error(combo + ": unsupported dtype (CUDA attention runs fp32 and fp16)");
+    return Status::Error(combo + ": unsupported dtype (CUDA attention runs fp32, fp16 and bf16)");
   }
   if (!supported_head_dim(request.head_dim)) {
     return Status::Error(combo + ": unsupported head_dim (CUDA attention has kernels for 64 and "

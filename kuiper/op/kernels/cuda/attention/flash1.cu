@@ -5,10 +5,10 @@
 // between two barriers, one buffer, no prefetch: the structure FlashAttention-2 later
 // reorganised (delayed normalisation, per-warp rows, pipelined loads).
 //
-// fp16 runs QK^T and PV on tensor cores (flash1_tc_kernel: mma.sync m16n8k16 through the helpers
-// shared with flash2), with 128-key tiles, and the output and the row statistics living in shared
-// memory, read and rewritten once per tile, as FA1 keeps them in HBM. fp32 keeps the SIMT kernel
-// (flash1_kernel): tensor cores would round fp32 operands to tf32.
+// fp16 and bf16 run QK^T and PV on tensor cores (flash1_tc_kernel: mma.sync m16n8k16 through the
+// helpers shared with flash2), with 128-key tiles, and the output and the row statistics living in
+// shared memory, read and rewritten once per tile, as FA1 keeps them in HBM. fp32 keeps the SIMT
+// kernel (flash1_kernel): tensor cores would round fp32 operands to tf32.
 //
 // Rows are (query, head) pairs of one kv head: row r of the flattened [T x group] list is query
 // r / group of head kvh * group + r % group. Packing a GQA group into one block loads each K/V
@@ -148,10 +148,10 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// fp16 on tensor cores. Each warp owns 16 rows as one mma row tile; a 128-key tile is loaded by
-// the whole block, S = Q K^T stays in registers (128 scores a row, reduced over the row's 4 lanes
-// for the tile's maximum and sum) and P V lands in a fresh accumulator, which the FA1 update then
-// folds into the normalised output in shared memory.
+// fp16 and bf16 on tensor cores. Each warp owns 16 rows as one mma row tile; a 128-key tile is
+// loaded by the whole block, S = Q K^T stays in registers (128 scores a row, reduced over the row's
+// 4 lanes for the tile's maximum and sum) and P V lands in a fresh accumulator, which the FA1
+// update then folds into the normalised output in shared memory.
 
 template <int D>
 struct Flash1TcTraits {
@@ -164,19 +164,19 @@ struct Flash1TcTraits {
   static constexpr int kOStride = D + 8;
   // K tile, V tile (Q is staged through the V tile before the first KV tile), O, then m and l.
   static constexpr size_t kSharedBytes =
-      sizeof(half) * 2 * kKeys * D + sizeof(float) * kRows * (kOStride + 2);
+      kTcElemBytes * 2 * kKeys * D + sizeof(float) * kRows * (kOStride + 2);
   static_assert(kRows <= kKeys, "Q is staged in the V tile");
 };
 
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
-    flash1_tc_kernel(const half* __restrict__ q, const half* __restrict__ k,
-                     const half* __restrict__ v, half* __restrict__ out,
-                     float* __restrict__ o_part, float2* __restrict__ ml_part, Geometry g) {
+    flash1_tc_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     T* __restrict__ out, float* __restrict__ o_part,
+                     float2* __restrict__ ml_part, Geometry g) {
   using Tr = Flash1TcTraits<D>;
   extern __shared__ uint4 shared16[];
-  half* ks = reinterpret_cast<half*>(shared16);
-  half* vs = ks + Tr::kKeys * D;
+  T* ks = reinterpret_cast<T*>(shared16);
+  T* vs = ks + Tr::kKeys * D;
   float* os = reinterpret_cast<float*>(vs + Tr::kKeys * D);
   float* ms = os + Tr::kRows * Tr::kOStride;
   float* ls = ms + Tr::kRows;
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
       float x[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = src[e];
-      store_vec<half, 8>(out + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8, x);
+      store_vec<T, 8>(out + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8, x);
     }
   }
 }
@@ -334,9 +334,10 @@ Status launch_flash1(const AttentionArgs& a, const Geometry& g, const AttentionR
 
 Status run_flash1(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                   AttentionBuffers& buffers) {
-  auto tensor_cores = [&](auto dt) {
+  auto tensor_cores = [&](auto tt, auto dt) {
+    using T = typename decltype(tt)::type;
     constexpr int D = decltype(dt)::value;
-    return launch_flash1<flash1_tc_kernel<D>, Flash1TcTraits<D>, half, D>(a, g, r, buffers,
+    return launch_flash1<flash1_tc_kernel<T, D>, Flash1TcTraits<D>, T, D>(a, g, r, buffers,
                                                                          "flash1_tc_kernel");
   };
   auto simt = [&](auto dt) {

@@ -1,18 +1,17 @@
-// FlashAttention-2 decode (flash-decoding): one query cannot fill the GPU from a single KV pass,
-// so the context is split over the KV length. fp16 (flash2_decode_tc): a fixed grid (the largest
-// multiple of the (kv head, group of up to 16 query heads) count that fits the SMs) over which
-// the flattened (unit, key) work is spread evenly on the device from the position
-// (decode_partition.h); a block whose range crosses into the next unit writes a partial for
-// each. K/V stream through a cp.async ring, both products run on tensor cores, and the last
-// block touching a unit to finish combines its partials (no second launch). The kernel is
-// launched with PDL (unless the request turns it off): it starts loading its first tiles before
-// it waits for the kernel before, and keeps them only if the position it reads after the wait
-// is the one it guessed. fp32 (flash2_decode_split, SIMT): fixed chunks of kChunk keys, one
-// block per (chunk, kv head, group of <= 8 query heads), then combine_splits. Either way each
-// split writes an unnormalised partial output with its maximum and sum, partial buffers are
-// sized for the whole cache and device-position grids for the capacity (blocks past the
-// position's work exit at once), so nothing about a decode step depends on the position except
-// what the kernels read from the device.
+// FlashAttention-2 decode (flash-decoding): one query cannot fill the GPU from a single KV pass, so
+// the context is split over the KV length. fp16 and bf16 (flash2_decode_tc): a fixed grid (the
+// largest multiple of the (kv head, group of up to 16 query heads) count that fits the SMs) over
+// which the flattened (unit, key) work is spread evenly on the device from the position
+// (decode_partition.h); a block whose range crosses into the next unit writes a partial for each.
+// K/V stream through a cp.async ring, both products run on tensor cores, and the last block
+// touching a unit to finish combines its partials (no second launch). The kernel is launched with
+// PDL (unless the request turns it off): it starts loading its first tiles before it waits for the
+// kernel before, and keeps them only if the position it reads after the wait is the one it guessed.
+// fp32 (flash2_decode_split, SIMT): fixed chunks of kChunk keys, one block per (chunk, kv head,
+// group of <= 8 query heads), then combine_splits. Either way each split writes an unnormalised
+// partial output with its maximum and sum, partial buffers are sized for the whole cache and
+// device-position grids for the capacity (blocks past the position's work exit at once), so nothing
+// about a decode step depends on the position except what the kernels read from the device.
 #include <algorithm>
 #include <type_traits>
 
@@ -189,16 +188,18 @@ __global__ void __launch_bounds__(kSplitThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode, fp16 on tensor cores (flash-decoding). One block per (split, kv head, group of up to 16
-// query heads): every query head that shares the kv head is a row of one mma tile, so K and V are
-// read once per GQA group. The split's keys stream through a kStages-deep cp.async ring of 64-key
-// tiles (one barrier per tile), the first tiles requested before the PDL wait; each warp takes 16
-// keys of a tile and keeps its own online softmax (S = Q K^T and P V on mma.sync m16n8k16, S kept
-// in registers as P), and at the end the four warps are merged through shared memory into the
-// split's unnormalised partial. The last block of a unit to arrive combines the partials in one
+// Decode, fp16 or bf16 on tensor cores (flash-decoding). One block per (split, kv head, group of up
+// to 16 query heads): every query head that shares the kv head is a row of one mma tile, so K and V
+// are read once per GQA group. The split's keys stream through a kStages-deep cp.async ring of
+// 64-key tiles (one barrier per tile), the first tiles requested before the PDL wait; each warp
+// takes 16 keys of a tile and keeps its own online softmax (S = Q K^T and P V on mma.sync m16n8k16,
+// S kept in registers as P), and at the end the four warps are merged through shared memory into
+// the split's unnormalised partial. The last block of a unit to arrive combines the partials in one
 // pass.
 
-__device__ __forceinline__ uint32_t load_half2_word(const half* p) {
+// Two adjacent 16-bit elements as one register of an mma fragment.
+template <typename T>
+__device__ __forceinline__ uint32_t load_pair(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
@@ -216,16 +217,16 @@ __device__ __forceinline__ int device_context(const Geometry& g) {
   return min(max(__ldcg(g.device_position), 0), g.max_ctx - 1) + 1;
 }
 
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
-    flash2_decode_tc(const half* __restrict__ q, const half* __restrict__ k,
-                     const half* __restrict__ v, float* __restrict__ o_part,
-                     float2* __restrict__ ml_part, int* __restrict__ arrivals,
-                     half* __restrict__ out, Geometry g, int head_groups) {
+    flash2_decode_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     float* __restrict__ o_part, float2* __restrict__ ml_part,
+                     int* __restrict__ arrivals, T* __restrict__ out, Geometry g,
+                     int head_groups) {
   using Tr = DecodeTcTraits<D>;
   extern __shared__ uint4 shared16[];
-  half* ring = reinterpret_cast<half*>(shared16);
-  float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageHalves);
+  T* ring = reinterpret_cast<T*>(shared16);
+  float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageElems);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     return s;
   };
   auto load = [&](const Segment& s, int tile) {
-    half* kt = ring + (tile % Tr::kStages) * Tr::kStageHalves;
+    T* kt = ring + (tile % Tr::kStages) * Tr::kStageElems;
     cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, s.kvh,
                                                   s.kbeg + tile * Tr::kKeys, s.kend, kt,
                                                   kt + Tr::kKeys * D);
@@ -303,15 +304,15 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   // (zeros past the group); registers [0], [2] hold row lane / 4, [1], [3] row lane / 4 + 8.
   uint32_t qf[D / 16][4];
   auto load_q = [&](const Segment& s) {
-    const half* qa = q + static_cast<size_t>(s.kvh * g.group + s.h0 + qr) * D + qc;
-    const half* qb = qa + 8 * D;
+    const T* qa = q + static_cast<size_t>(s.kvh * g.group + s.h0 + qr) * D + qc;
+    const T* qb = qa + 8 * D;
     const bool row_a = qr < s.ng, row_b = qr + 8 < s.ng;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      qf[kk][0] = row_a ? load_half2_word(qa + kk * 16) : 0u;
-      qf[kk][1] = row_b ? load_half2_word(qb + kk * 16) : 0u;
-      qf[kk][2] = row_a ? load_half2_word(qa + kk * 16 + 8) : 0u;
-      qf[kk][3] = row_b ? load_half2_word(qb + kk * 16 + 8) : 0u;
+      qf[kk][0] = row_a ? load_pair(qa + kk * 16) : 0u;
+      qf[kk][1] = row_b ? load_pair(qb + kk * 16) : 0u;
+      qf[kk][2] = row_a ? load_pair(qa + kk * 16 + 8) : 0u;
+      qf[kk][3] = row_b ? load_pair(qb + kk * 16 + 8) : 0u;
     }
   };
 
@@ -328,7 +329,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
 
       const int key0 = seg.kbeg + it * Tr::kKeys + warp * 16;
       if (key0 < seg.kend) {  // warp-uniform; key0 itself is valid, so the maxima are finite
-        const half* kt = ring + (it % Tr::kStages) * Tr::kStageHalves;
+        const T* kt = ring + (it % Tr::kStages) * Tr::kStageElems;
         float s[2][4] = {};
         mma_qk<D, 16>(s, qf, kt, warp * 16);
 #pragma unroll
@@ -435,7 +436,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
                          acc);
         const float inv = 1.0f / st.l;
         const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
-        store_vec<half, 4>(out + static_cast<size_t>(h) * D + d, res);
+        store_vec<T, 4>(out + static_cast<size_t>(h) * D + d, res);
       }
     }
     if (!more) break;
@@ -485,12 +486,12 @@ Result<int*> arrival_counters(AttentionBuffers& buffers, size_t n) {
   return buffers.arrivals.data<int>();
 }
 
-// fp16: one grid of blocks (request.decode_grid when set, else the largest multiple of the unit
-// count that fits the SMs; at most kMaxDecodeSplits) over which the (kv head, head group, key)
-// work is spread evenly on the device (decode_partition.h). The grid depends only on the SM
-// count and the context known on the host (the cache capacity for a device position), so a
-// captured launch replays at any position.
-template <int D>
+// fp16, bf16: one grid of blocks (request.decode_grid when set, else the largest multiple of the
+// unit count that fits the SMs; at most kMaxDecodeSplits) over which the (kv head, head group, key)
+// work is spread evenly on the device (decode_partition.h). The grid depends only on the SM count
+// and the context known on the host (the cache capacity for a device position), so a captured
+// launch replays at any position.
+template <typename T, int D>
 Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                         AttentionBuffers& buffers) {
   using Tr = DecodeTcTraits<D>;
@@ -509,13 +510,13 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   const size_t slots = static_cast<size_t>(g.heads) * grid;
   KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
   KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
-  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<D>>(Tr::kSharedBytes)));
+  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<T, D>>(Tr::kSharedBytes)));
   KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(buffers, units));
   // PDL: what the kernel may read before its wait is in the kernel.
-  return cuda::launch(flash2_decode_tc<D>, dim3(grid), dim3(Tr::kThreads), Tr::kSharedBytes, r.pdl,
-                      "flash2_decode_tc", a.q.data<half>(), a.k_cache.data<half>(),
-                      a.v_cache.data<half>(), o_part, reinterpret_cast<float2*>(ml), arrivals,
-                      a.out.data<half>(), g, head_groups);
+  return cuda::launch(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), Tr::kSharedBytes,
+                      r.pdl, "flash2_decode_tc", a.q.data<T>(), a.k_cache.data<T>(),
+                      a.v_cache.data<T>(), o_part, reinterpret_cast<float2*>(ml), arrivals,
+                      a.out.data<T>(), g, head_groups);
 }
 
 }  // namespace
@@ -523,7 +524,10 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
 Status launch_flash2_decode(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                             AttentionBuffers& buffers) {
   return by_element_type(
-      r, [&](auto dt) { return launch_decode_tc<decltype(dt)::value>(a, g, r, buffers); },
+      r,
+      [&](auto tt, auto dt) {
+        return launch_decode_tc<typename decltype(tt)::type, decltype(dt)::value>(a, g, r, buffers);
+      },
       [&](auto dt) { return launch_decode_split<float, decltype(dt)::value>(a, g, r, buffers); });
 }
 }  // namespace kuiper::op::cuda_attention

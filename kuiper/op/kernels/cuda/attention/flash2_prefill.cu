@@ -1,10 +1,10 @@
-// FlashAttention-2 prefill (flash2_prefill, fp32 SIMT; flash2_prefill_tc, fp16 tensor cores): a
-// block owns a tile of rows ((query, head) pairs of one kv head, packed as in flash1) and each
+// FlashAttention-2 prefill (flash2_prefill, fp32 SIMT; flash2_prefill_tc, fp16/bf16 tensor cores):
+// a block owns a tile of rows ((query, head) pairs of one kv head, packed as in flash1) and each
 // warp owns its rows outright (8 in the SIMT kernel, 16 in the tensor-core one), so the softmax
-// needs warp shuffles only and a KV tile costs at most two block barriers. Tiles are small
-// (32 / 64 keys; the tensor-core kernel double-buffers them with cp.async), the row sum stays
-// per lane until the very end and the output is normalised once (delayed normalisation), and
-// exponentials negligible against the row maximum are flushed to zero.
+// needs warp shuffles only and a KV tile costs at most two block barriers. Tiles are small (32 / 64
+// keys; the tensor-core kernel double-buffers them with cp.async), the row sum stays per lane until
+// the very end and the output is normalised once (delayed normalisation), and exponentials
+// negligible against the row maximum are flushed to zero.
 #include <type_traits>
 
 #include "kuiper/op/kernels/cuda/attention/flash2_traits.cuh"
@@ -105,21 +105,21 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads)
   }
 }
 
-// Tensor cores: the same FA2 schedule with the two matrix products on
-// mma.sync m16n8k16 (fp16 in, fp32 accumulate). A block owns 128 rows, each warp 16 of them (one
-// mma row tile); KV tiles of 64 keys are double-buffered in shared memory by cp.async so the
-// next tile loads while this one is computed. S stays in registers: its accumulator layout is
-// exactly the A-operand layout of the P·V product, so P never touches shared memory.
+// Tensor cores: the same FA2 schedule with the two matrix products on mma.sync m16n8k16 (fp16 or
+// bf16 in, fp32 accumulate). A block owns 128 rows, each warp 16 of them (one mma row tile); KV
+// tiles of 64 keys are double-buffered in shared memory by cp.async so the next tile loads while
+// this one is computed. S stays in registers: its accumulator layout is exactly the A-operand
+// layout of the P·V product, so P never touches shared memory.
 
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(PrefillTcTraits<D>::kThreads)
-    flash2_prefill_tc(const half* __restrict__ q, const half* __restrict__ k,
-                      const half* __restrict__ v, half* __restrict__ out, Geometry g) {
+    flash2_prefill_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      T* __restrict__ out, Geometry g) {
   using Tr = PrefillTcTraits<D>;
   extern __shared__ uint4 shared16[];
-  half* qs = reinterpret_cast<half*>(shared16);
-  half* ks = qs + Tr::kRows * D;
-  half* vs = ks + 2 * Tr::kKeys * D;
+  T* qs = reinterpret_cast<T*>(shared16);
+  T* ks = qs + Tr::kRows * D;
+  T* vs = ks + 2 * Tr::kKeys * D;
 
   const RowTile tile = row_tile<Tr::kRows>(g);
   const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
@@ -160,8 +160,8 @@ __global__ void __launch_bounds__(PrefillTcTraits<D>::kThreads)
     if (tile == 0) load_q_fragments<D>(qf, qs);
     const int key0 = tile * Tr::kKeys;
     if (key0 <= warp_last_pos) {
-      const half* kt = ks + (tile & 1) * Tr::kKeys * D;
-      const half* vt = vs + (tile & 1) * Tr::kKeys * D;
+      const T* kt = ks + (tile & 1) * Tr::kKeys * D;
+      const T* vt = vs + (tile & 1) * Tr::kKeys * D;
 
       float s[Tr::kKeys / 8][4] = {};
       mma_qk<D, Tr::kKeys>(s, qf, kt, 0);
@@ -193,11 +193,11 @@ __global__ void __launch_bounds__(PrefillTcTraits<D>::kThreads)
     if (row >= total_rows) continue;
     const float inv = half_row == 0 ? inv_a : inv_b;
     const int t = row / g.group, h = kvh * g.group + row % g.group;
-    half* dst = out + (static_cast<size_t>(t) * g.heads + h) * D + quad_col;
+    T* dst = out + (static_cast<size_t>(t) * g.heads + h) * D + quad_col;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       *reinterpret_cast<uint32_t*>(dst + n * 8) =
-          pack_half2(o[n][2 * half_row] * inv, o[n][2 * half_row + 1] * inv);
+          TensorCore<T>::pack(o[n][2 * half_row] * inv, o[n][2 * half_row + 1] * inv);
     }
   }
 }
@@ -216,9 +216,10 @@ Status launch_prefill(const AttentionArgs& a, const Geometry& g, const char* wha
 }  // namespace
 
 Status launch_flash2_prefill(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r) {
-  auto tensor_cores = [&](auto dt) {
+  auto tensor_cores = [&](auto tt, auto dt) {
+    using T = typename decltype(tt)::type;
     constexpr int D = decltype(dt)::value;
-    return launch_prefill<flash2_prefill_tc<D>, PrefillTcTraits<D>, half>(a, g,
+    return launch_prefill<flash2_prefill_tc<T, D>, PrefillTcTraits<D>, T>(a, g,
                                                                          "flash2_prefill_tc");
   };
   auto simt = [&](auto dt) {

@@ -4,11 +4,10 @@
 // picks the phase in flash2.cu.
 #pragma once
 
-#include <cuda_fp16.h>
-
 #include <cstddef>
 
 #include "kuiper/op/kernels/cuda/attention/common.cuh"
+#include "kuiper/op/kernels/cuda/attention/mma.cuh"
 
 namespace kuiper::op::cuda_attention {
 
@@ -31,7 +30,7 @@ struct PrefillTraits {
                        kWarps * kKeys * kRowsPerWarp);
 };
 
-// Tensor cores (fp16): each warp owns 16 rows, one mma row tile.
+// Tensor cores (fp16, bf16): each warp owns 16 rows, one mma row tile.
 template <int D>
 struct PrefillTcTraits {
   // 8 warps (128 rows) share each KV tile: measured 200 vs 184 TFLOP/s with 4 warps at T = 8192
@@ -43,7 +42,8 @@ struct PrefillTcTraits {
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static_assert(kChunks >= 8, "the swizzle permutes 8 chunks");
   // Q, then two stages of K, then two of V.
-  static constexpr size_t kSharedBytes = sizeof(half) * (static_cast<size_t>(kRows) + 4 * kKeys) * D;
+  static constexpr size_t kSharedBytes =
+      kTcElemBytes * (static_cast<size_t>(kRows) + 4 * kKeys) * D;
 };
 
 // ---- decode ----
@@ -66,7 +66,7 @@ struct DecodeTraits {
   static constexpr int kBatch = sizeof(T) == 2 ? kSteps : kSteps / 2;
 };
 
-// Tensor cores (fp16): the balanced partition of decode_partition.h, the combine fused.
+// Tensor cores (fp16, bf16): the balanced partition of decode_partition.h, the combine fused.
 // Most blocks of a decode grid (each holds a partial slot per head it touches).
 constexpr int kMaxDecodeSplits = 512;
 
@@ -79,8 +79,8 @@ struct DecodeTcTraits {
   // Ring depth: measured on the H100 (32 q / 8 kv heads, d 128, graph replay), 3 stages take
   // 9.3 us at 4096 keys and 50.7 at 32768, 4 stages 9.6 and 49.9, 2 stages are much slower.
   static constexpr int kStages = 3;
-  static constexpr int kStageHalves = 2 * kKeys * D;  // K tile then V tile
-  static constexpr size_t kRingBytes = sizeof(half) * kStages * kStageHalves;
+  static constexpr int kStageElems = 2 * kKeys * D;  // K tile then V tile
+  static constexpr size_t kRingBytes = static_cast<size_t>(kTcElemBytes) * kStages * kStageElems;
   // After the ring, the merge area: the warps' partials (kWarps x kHeads rows of D floats, then
   // their m and l). Separate from the ring so that the next segment's tiles load while a segment
   // is merged.

@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "kuiper/op/kernels/cuda/attention/ops.cuh"
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 
 namespace kuiper::op::cuda_attention {
 namespace {
@@ -101,13 +102,7 @@ __global__ void __launch_bounds__(kThreads) mha_softmax_pv(const T* __restrict__
     float acc = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) acc += partial[w][threadIdx.x];
-    float r = acc / sum;
-    T* dst = out + (static_cast<size_t>(t) * g.heads + h) * D + threadIdx.x;
-    if constexpr (sizeof(T) == 4) {
-      *dst = r;
-    } else {
-      *dst = __float2half_rn(r);
-    }
+    out[(static_cast<size_t>(t) * g.heads + h) * D + threadIdx.x] = cuda::from_float<T>(acc / sum);
   }
 }
 

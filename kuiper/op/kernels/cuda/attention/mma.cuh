@@ -1,8 +1,10 @@
-// Tensor-core building blocks of the fp16 attention kernels (flash1, flash2 prefill and decode):
-// swizzled shared tiles filled by cp.async, ldmatrix fragments and mma.sync m16n8k16 (fp16 in,
-// fp32 accumulate) for S = Q K^T and O += P V.
+// Tensor-core building blocks of the 16-bit (fp16, bf16) attention kernels (flash1, flash2
+// prefill and decode): swizzled shared tiles filled by cp.async, ldmatrix fragments and mma.sync
+// m16n8k16 (16-bit in, fp32 accumulate) for S = Q K^T and O += P V. Every helper is a template
+// on the element type T; what differs between the types is only in TensorCore<T>.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -11,13 +13,52 @@
 
 namespace kuiper::op::cuda_attention {
 
+// A 16-bit element type's mma.sync instruction (c += a * b for a 16x16 A in row-major fragments,
+// a 16x8 B and a 16x8 fp32 C) and its packing of two fp32 values into one register.
+template <typename T>
+struct TensorCore;
+template <>
+struct TensorCore<half> {
+  __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
+template <>
+struct TensorCore<__nv_bfloat16> {
+  __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+};
 
-// Rows are D halves; 16-byte chunk c of row r is stored at chunk c ^ (r % 8), so the 8 rows an
-// ldmatrix reads (same logical chunk) fall in 8 different bank groups.
-template <int D>
-__device__ __forceinline__ uint32_t swizzled(const half* tile, int row, int chunk) {
+// The bytes of one element of a tensor-core tile (fp16 and bf16 alike): the traits size shared
+// memory with it.
+constexpr int kTcElemBytes = 2;
+
+
+// Rows are D 16-bit elements; 16-byte chunk c of row r is stored at chunk c ^ (r % 8), so the 8
+// rows an ldmatrix reads (same logical chunk) fall in 8 different bank groups.
+template <int D, typename T>
+__device__ __forceinline__ uint32_t swizzled(const T* tile, int row, int chunk) {
+  static_assert(sizeof(T) == kTcElemBytes, "tensor-core tiles hold 16-bit elements");
   static_assert(D / 8 >= 8, "the swizzle permutes 8 chunks");
-  return static_cast<uint32_t>(__cvta_generic_to_shared(tile + row * D + ((chunk ^ (row & 7)) * 8)));
+  return static_cast<uint32_t>(
+      __cvta_generic_to_shared(tile + row * D + ((chunk ^ (row & 7)) * 8)));
 }
 
 // Copies 16 bytes global -> shared without passing through registers; with valid == false the
@@ -36,10 +77,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // `key0` of kv head `kvh`, into swizzled shared tiles by cp.async (not committed); one address
 // computation serves both. Rows at or past `key_end` are zero-filled and never read: cache rows
 // past the context may hold anything, NaN included.
-template <int D, int kRows, int kThreads>
-__device__ __forceinline__ void cp_async_kv_tiles(const half* k, const half* v, int kv_heads,
-                                                  int kvh, int key0, int key_end, half* k_tile,
-                                                  half* v_tile) {
+template <int D, int kRows, int kThreads, typename T>
+__device__ __forceinline__ void cp_async_kv_tiles(const T* k, const T* v, int kv_heads, int kvh,
+                                                  int key0, int key_end, T* k_tile, T* v_tile) {
   constexpr int kChunks = D / 8;
   for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, ch = c % kChunks, key = key0 + r;
@@ -65,38 +105,28 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   }
 }
 
-// c += a * b for a 16x16 fp16 A (row-major fragments), a 16x8 fp16 B, a 16x8 fp32 C.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // c0 += a * (b0, b1), c1 += a * (b2, b3) for the four 8x8 matrices b of shared address addr: two
 // adjacent 8-column fragments of one product.
-template <bool kTrans>
+template <typename T, bool kTrans>
 __device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
                                          uint32_t addr) {
   uint32_t b[4];
   ldmatrix_x4<kTrans>(b, addr);
-  mma_16816(c0, a, b[0], b[1]);
-  mma_16816(c1, a, b[2], b[3]);
+  TensorCore<T>::mma(c0, a, b[0], b[1]);
+  TensorCore<T>::mma(c1, a, b[2], b[3]);
 }
 
 // Copies the query rows [r0, r0 + kRows) of kv head `kvh` into a swizzled shared tile by
 // cp.async (not committed), row r being query r / group of head kvh * group + r % group; rows
 // past the last query are zero-filled.
-template <int D, int kRows, int kThreads>
-__device__ __forceinline__ void cp_async_q_tile(const half* q, const Geometry& g, int kvh, int r0,
-                                                int total_rows, half* tile) {
+template <int D, int kRows, int kThreads, typename T>
+__device__ __forceinline__ void cp_async_q_tile(const T* q, const Geometry& g, int kvh, int r0,
+                                                int total_rows, T* tile) {
   constexpr int kChunks = D / 8;
   for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, ch = c % kChunks, row = r0 + r;
     const bool valid = row < total_rows;
-    const half* src = q;
+    const T* src = q;
     if (valid) {
       const int t = row / g.group, h = kvh * g.group + row % g.group;
       src = q + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8;
@@ -106,8 +136,8 @@ __device__ __forceinline__ void cp_async_q_tile(const half* q, const Geometry& g
 }
 
 // This warp's 16 query rows of a swizzled Q tile as the A fragments of mma_qk.
-template <int D>
-__device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[D / 16][4], const half* tile) {
+template <int D, typename T>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[D / 16][4], const T* tile) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
@@ -115,25 +145,20 @@ __device__ __forceinline__ void load_q_fragments(uint32_t (&qf)[D / 16][4], cons
   }
 }
 
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-
 // S[16 rows][kKeys] += Q K^T for one warp: `qf` holds the warp's 16 query rows as A fragments
 // (D / 16 of them), `kt` a swizzled K tile whose rows key_row0 .. key_row0 + kKeys - 1 are used.
 // s[j] is the accumulator of keys 8j .. 8j + 7: row lane / 4 in [0], [1], row lane / 4 + 8 in
 // [2], [3], keys (lane % 4) * 2 and + 1.
-template <int D, int kKeys>
+template <int D, int kKeys, typename T>
 __device__ __forceinline__ void mma_qk(float (&s)[kKeys / 8][4], const uint32_t (&qf)[D / 16][4],
-                                       const half* kt, int key_row0) {
+                                       const T* kt, int key_row0) {
   const int lane = threadIdx.x % 32;
   const int row = key_row0 + lane % 8 + (lane / 16) * 8, chunk = (lane / 8) % 2;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
     for (int np = 0; np < kKeys / 16; ++np) {
-      mma_pair<false>(s[2 * np], s[2 * np + 1], qf[kk],
+      mma_pair<T, false>(s[2 * np], s[2 * np + 1], qf[kk],
                       swizzled<D>(kt, row + np * 16, kk * 2 + chunk));
     }
   }
@@ -141,19 +166,20 @@ __device__ __forceinline__ void mma_qk(float (&s)[kKeys / 8][4], const uint32_t 
 
 // o[16 rows][D] += P V for one warp: P is the S accumulator of mma_qk (already exponentiated),
 // whose layout is exactly the A fragment of this product, so P never touches shared memory.
-template <int D, int kKeys>
+template <int D, int kKeys, typename T>
 __device__ __forceinline__ void mma_pv(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4],
-                                       const half* vt, int key_row0) {
+                                       const T* vt, int key_row0) {
+  using Tc = TensorCore<T>;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) {
-    const uint32_t a[4] = {pack_half2(p[2 * kk][0], p[2 * kk][1]),
-                           pack_half2(p[2 * kk][2], p[2 * kk][3]),
-                           pack_half2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           pack_half2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    const uint32_t a[4] = {Tc::pack(p[2 * kk][0], p[2 * kk][1]),
+                           Tc::pack(p[2 * kk][2], p[2 * kk][3]),
+                           Tc::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           Tc::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
     for (int np = 0; np < D / 16; ++np) {
-      mma_pair<true>(o[2 * np], o[2 * np + 1], a,
+      mma_pair<T, true>(o[2 * np], o[2 * np + 1], a,
                      swizzled<D>(vt, key_row0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
                                  np * 2 + lane / 16));
     }
