@@ -1,6 +1,7 @@
 // The model on the GPU: CUDA-graph decode against eager decode, the GPU against the CPU on one
 // random-weight model, and the fixture checkpoints against the Hugging Face goldens for every
-// attention kind, with and without the graph.
+// attention kind, with and without the graph: fp32 and fp16 against transformers' fp32, bf16
+// against its bf16, and the planted fp16 overflow (qwen2-overflow-tiny) in every dtype.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,7 +84,7 @@ TEST(CudaModel, GraphDecodeMatchesEagerDecode) {
   SKIP_WITHOUT_CUDA();
   for (Architecture arch : {Architecture::kQwen3, Architecture::kQwen2}) {
     for (AttentionKind kind : kKinds) {
-      for (DataType act : {DataType::kFp32, DataType::kFp16}) {
+      for (DataType act : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
         SCOPED_TRACE(std::string(architecture_name(arch)) + " " + attention_name(kind) + " " +
                      dtype_name(act));
         const ModelConfig c = small_config(arch);
@@ -217,6 +218,112 @@ TEST(CudaModel, FixturesMatchGoldens) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// A golden prompt run as the engine serves it: prefill returning every row's logits, then
+// decode fed the golden greedy tokens one at a time (teacher forcing: one near tie cannot derail
+// the rest); steps[i] is the row that predicts greedy[i + 1].
+struct ForcedRun {
+  std::vector<float> prefill;
+  std::vector<std::vector<float>> steps;
+};
+Result<ForcedRun> forced_run(Model& model, const test::Golden& golden, const std::string& p) {
+  const std::vector<int32_t>& ids = golden.at(p + ".ids").i32;
+  const std::vector<int32_t>& greedy = golden.at(p + ".greedy").i32;
+  ForcedRun run;
+  KUIPER_ASSIGN_OR_RETURN(Tensor all, model.forward(ids, 0, /*all_logits=*/true));
+  run.prefill = test::host_floats(all);
+  for (size_t i = 0; i + 1 < greedy.size(); ++i) {
+    KUIPER_ASSIGN_OR_RETURN(
+        Tensor row, model.forward({greedy[i]}, static_cast<int64_t>(ids.size() + i), false));
+    run.steps.push_back(test::host_floats(row));
+  }
+  return run;
+}
+
+// Every prefill position and greedy step of a forced run against the golden (see
+// test::expect_prompt_rows_match and test::expect_greedy_step); some must have a clear margin.
+void expect_forced_run_matches(const ForcedRun& run, const test::Golden& golden,
+                               const std::string& p, double tol, const std::string& what) {
+  const size_t V = golden.at(p + ".logits_last").f32.size();
+  int compared = test::expect_prompt_rows_match(run.prefill, golden, p, tol, what);
+  if (run.prefill.size() >= V) {
+    const std::vector<float> last(run.prefill.end() - static_cast<std::ptrdiff_t>(V),
+                                  run.prefill.end());
+    compared += test::expect_greedy_step(last, golden, p, 0, tol, what);
+  }
+  for (size_t i = 0; i < run.steps.size(); ++i) {
+    compared += test::expect_greedy_step(run.steps[i], golden, p, i + 1, tol, what);
+  }
+  EXPECT_GT(compared, 0) << what << " " << p << ": no position or step with a clear margin";
+}
+
+// bf16 activations and KV cache against transformers run in bf16 (golden_bf16.safetensors),
+// from the checkpoints as Qwen publishes them (bf16): every attention kind, eager and graph
+// decode, the top token at every prompt position and greedy step where the margin allows.
+TEST(CudaModel, Bf16FixturesMatchBf16Goldens) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string fixture : {"qwen3-tiny", "qwen2-tiny", "qwen2-overflow-tiny"}) {
+    const test::Golden golden = test::Golden::load(fixture, "golden_bf16.safetensors");
+    const std::string path = test::converted_fixture(fixture, DataType::kBf16);
+    ASSERT_FALSE(path.empty());
+    for (AttentionKind kind : kKinds) {
+      for (bool graph : {false, true}) {
+        const std::string what =
+            fixture + " " + attention_name(kind) + " bf16" + (graph ? " graph" : "");
+        Result<std::unique_ptr<Model>> model =
+            Model::load(path, gpu_options(kind, DataType::kBf16, graph));
+        ASSERT_OK(model);
+        for (const std::string prompt : {"chat", "long", "one"}) {
+          Result<ForcedRun> run = forced_run(**model, golden, prompt);
+          ASSERT_OK(run);
+          expect_forced_run_matches(*run, golden, prompt, test::kHalfTolerance, what);
+        }
+      }
+    }
+  }
+}
+
+// qwen2-overflow-tiny's <|im_start|> (the first token of "one" and "chat", and chat's 12th)
+// drives residual channel 0 to about 8e4 after layer 0, beyond fp16's 65504. From its bf16
+// checkpoint every activation dtype gives finite logits within its tolerance of transformers'
+// fp32 ones: fp16 because the residual stream stays fp32 (residual_dtype), bf16 because it has
+// fp32's range. The chat prompt is also fed one token at a time, so the planted tokens take the
+// decode step's fused GEMVs as well as prefill's GEMMs.
+TEST(CudaModel, OverflowFixtureMatchesFp32GoldenInEveryDtype) {
+  SKIP_WITHOUT_CUDA();
+  const std::string fixture = "qwen2-overflow-tiny";
+  const test::Golden golden = test::Golden::load(fixture);
+  const std::string path = test::converted_fixture(fixture, DataType::kBf16);
+  ASSERT_FALSE(path.empty());
+  const std::vector<int32_t>& chat = golden.at("chat.ids").i32;
+  const std::vector<float>& chat_last = golden.at("chat.logits_last").f32;
+  double chat_scale = 0;
+  for (float v : chat_last) chat_scale = std::max(chat_scale, std::fabs(double(v)));
+  for (DataType act : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
+    const double tol = act == DataType::kFp32 ? 1e-4 : test::kHalfTolerance;
+    for (AttentionKind kind : kKinds) {
+      for (bool graph : {false, true}) {
+        const std::string what = fixture + " " + attention_name(kind) + " " + dtype_name(act) +
+                                 (graph ? " graph" : "");
+        Result<std::unique_ptr<Model>> model = Model::load(path, gpu_options(kind, act, graph));
+        ASSERT_OK(model);
+        for (const std::string prompt : {"one", "chat", "long"}) {
+          Result<ForcedRun> run = forced_run(**model, golden, prompt);
+          ASSERT_OK(run);
+          expect_forced_run_matches(*run, golden, prompt, tol, what);
+        }
+        Result<Tensor> step = Status::Error("not run");
+        for (size_t i = 0; i < chat.size(); ++i) {
+          step = (*model)->forward({chat[i]}, static_cast<int64_t>(i), false);
+          ASSERT_OK(step);
+        }
+        // max_abs_error is infinite on a NaN, which relative_max_error would pass over.
+        EXPECT_LE(test::max_abs_error(test::host_floats(*step), chat_last) / chat_scale, tol)
+            << what << ": chat token by token";
       }
     }
   }

@@ -1,12 +1,15 @@
 // The CPU backend against Hugging Face transformers (fp32): last-position logits, top-8 ids and
 // log-sum-exp at every position, and the greedy continuation through the decode path. On the
-// shared tiny fixtures, and on four more configurations in test/data/configs (one kv head with
-// head dim 128, no GQA, tied and untied, other rope theta and norm eps) whose references
-// scripts/hf_golden.py computed with transformers 5.17.
+// shared tiny fixtures, on qwen2-overflow-tiny (planted weights drive <|im_start|>'s residual to
+// about 8e4, beyond fp16's range), and on four more configurations in test/data/configs (one kv
+// head with head dim 128, no GQA, tied and untied, other rope theta and norm eps) whose
+// references scripts/hf_golden.py computed with transformers 5.17.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -29,15 +32,21 @@ std::unique_ptr<Model> load_cpu(const std::string& path, int64_t max_context) {
   return model.ok() ? std::move(model).value() : nullptr;
 }
 
-// A model under test: a shared fixture ("qwen3-tiny") or a folder of test/data/configs.
+// Where a model under test and its golden come from.
+enum class Origin {
+  kSharedFixture,  // test/data/fixtures, goldens from ../shared (chat.greedy recorded apart)
+  kFixture,        // test/data/fixtures, goldens from scripts/hf_golden.py
+  kConfig,         // a folder of test/data/configs
+};
+
 struct Case {
   std::string model;
   std::string prompt;
-  bool shared_fixture = true;
+  Origin origin = Origin::kSharedFixture;
 };
 
 Golden load_golden(const Case& c) {
-  return c.shared_fixture
+  return c.origin != Origin::kConfig
              ? Golden::load(c.model)
              : Golden::load_file(test_data_dir() + "/configs/" + c.model + "/golden.safetensors");
 }
@@ -60,7 +69,8 @@ std::string converted_config(const std::string& name) {
 }
 
 std::string model_path(const Case& c) {
-  return c.shared_fixture ? converted_fixture(c.model, DataType::kFp32) : converted_config(c.model);
+  return c.origin != Origin::kConfig ? converted_fixture(c.model, DataType::kFp32)
+                                     : converted_config(c.model);
 }
 
 class GoldenTest : public ::testing::TestWithParam<Case> {};
@@ -115,7 +125,7 @@ TEST_P(GoldenTest, GreedyDecodeFollowsHuggingFace) {
   const std::vector<int32_t>& ids = golden.at(c.prompt + ".ids").i32;
   std::vector<int32_t> greedy = golden.at(c.prompt + ".greedy").i32;
   std::vector<float> margin = golden.at(c.prompt + ".greedy_margin").f32;
-  if (c.shared_fixture && c.prompt == "chat") {
+  if (c.origin == Origin::kSharedFixture && c.prompt == "chat") {
     greedy = recorded_chat_greedy(c.model);
     margin.assign(greedy.size(), 1.0f);  // no margins recorded: every step is compared
   }
@@ -143,10 +153,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"qwen3-tiny", "chat"}, Case{"qwen3-tiny", "long"},
                       Case{"qwen3-tiny", "one"}, Case{"qwen2-tiny", "chat"},
                       Case{"qwen2-tiny", "long"}, Case{"qwen2-tiny", "one"},
-                      Case{"qwen3-mqa-hd128", "short", false}, Case{"qwen3-mqa-hd128", "long", false},
-                      Case{"qwen3-mha-tied", "short", false}, Case{"qwen3-mha-tied", "long", false},
-                      Case{"qwen2-gqa4-tied", "short", false}, Case{"qwen2-gqa4-tied", "long", false},
-                      Case{"qwen2-mha-hd128", "short", false}, Case{"qwen2-mha-hd128", "long", false}),
+                      Case{"qwen2-overflow-tiny", "chat", Origin::kFixture},
+                      Case{"qwen2-overflow-tiny", "long", Origin::kFixture},
+                      Case{"qwen2-overflow-tiny", "one", Origin::kFixture},
+                      Case{"qwen3-mqa-hd128", "short", Origin::kConfig},
+                      Case{"qwen3-mqa-hd128", "long", Origin::kConfig},
+                      Case{"qwen3-mha-tied", "short", Origin::kConfig},
+                      Case{"qwen3-mha-tied", "long", Origin::kConfig},
+                      Case{"qwen2-gqa4-tied", "short", Origin::kConfig},
+                      Case{"qwen2-gqa4-tied", "long", Origin::kConfig},
+                      Case{"qwen2-mha-hd128", "short", Origin::kConfig},
+                      Case{"qwen2-mha-hd128", "long", Origin::kConfig}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = info.param.model + "_" + info.param.prompt;
       for (char& ch : name) {
@@ -211,6 +228,43 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::Values("qwen3-tiny", 
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param == "qwen3-tiny" ? "qwen3_tiny" : "qwen2_tiny";
                          });
+
+// The planted fixture is the same model in Python and C++: the size and FNV-1a 64 of the
+// model.safetensors that detweights.py writes for it.
+TEST(OverflowFixture, IsBitIdenticalToDetweights) {
+  TempDir dir;
+  ASSERT_OK(write_fixture_checkpoint(fixtures_dir() + "/qwen2-overflow-tiny", dir.path()));
+  std::ifstream in(dir.file("model.safetensors"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.size(), 78550112u);
+  EXPECT_EQ(fnv1a64(bytes), 0xf4fd396263e0c01cull);
+}
+
+// A plant outside its tensor, or malformed, is an error naming the tensor, not a write out of
+// bounds.
+TEST(OverflowFixture, SetsThatDoNotFitAreErrors) {
+  TempDir dir;
+  auto write_with = [&](const nlohmann::json& set) {
+    const std::string src = dir.file("src");
+    std::filesystem::create_directories(src);
+    std::ifstream config(fixtures_dir() + "/qwen2-tiny/config.json");
+    std::ofstream(src + "/config.json") << config.rdbuf();
+    const nlohmann::json tensors = {
+        {{"name", "model.norm.weight"}, {"shape", {128}}, {"set", {set}}}};
+    std::ofstream(src + "/tensors.json") << tensors.dump();
+    return write_fixture_checkpoint(src, dir.file("out"));
+  };
+  EXPECT_OK(write_with({{"at", {{0, 128}}}, {"value", 2.0}}));
+  for (const nlohmann::json& bad :
+       {nlohmann::json{{"at", {{0, 129}}}, {"value", 2.0}},
+        nlohmann::json{{"at", {{3, 3}}}, {"value", 2.0}},
+        nlohmann::json{{"at", {{0, 1}, {0, 1}}}, {"value", 2.0}},
+        nlohmann::json{{"at", {{0, 1}}}}}) {
+    const Status s = write_with(bad);
+    ASSERT_FALSE(s.ok()) << bad.dump();
+    EXPECT_NE(s.message().find("model.norm.weight"), std::string::npos) << s.message();
+  }
+}
 
 }  // namespace
 }  // namespace kuiper::test

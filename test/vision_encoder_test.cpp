@@ -208,9 +208,13 @@ TEST(VisionEncoder, CreateChecksTheWeights) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("mlp.linear_fc1.weight"), std::string::npos)
       << r.status().message();
-  // fp16 activations are a CUDA-only mode.
-  r = VisionEncoder::create(f.config, real, DeviceType::kCpu, DataType::kFp16);
-  ASSERT_FALSE(r.ok());
+  // fp16 and bf16 activations are CUDA-only modes.
+  for (DataType half : {DataType::kFp16, DataType::kBf16}) {
+    r = VisionEncoder::create(f.config, real, DeviceType::kCpu, half);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("fp16 or bf16 on cuda"), std::string::npos)
+        << r.status().message();
+  }
 }
 
 // The host-side layout against small cases worked by hand from the Hugging Face code.
@@ -258,6 +262,30 @@ TEST(CudaVisionEncoder, Fp16MatchesTransformersLoosely) {
   std::unique_ptr<VisionEncoder> enc = make_encoder(DeviceType::kCuda, DataType::kFp16);
   ASSERT_NE(enc, nullptr);
   expect_matches_golden(*enc, 1e-2);
+}
+
+// bf16 activations against transformers' bf16 tower (golden_bf16.safetensors, the same pixel
+// values): each output within test::kHalfTolerance of its largest value.
+TEST(CudaVisionEncoder, Bf16MatchesTransformersBf16) {
+  SKIP_WITHOUT_CUDA();
+  std::unique_ptr<VisionEncoder> enc = make_encoder(DeviceType::kCuda, DataType::kBf16);
+  ASSERT_NE(enc, nullptr);
+  const test::Golden golden = test::Golden::load(kFixture, "golden_bf16.safetensors");
+  const ImageInput in = golden_image(golden);
+  Result<ImageFeatures> out = enc->forward(in.pixels, {in.grid});
+  ASSERT_OK(out);
+  ASSERT_EQ(out->deepstack.size(), 2u);
+  const std::pair<const Tensor*, const char*> outputs[] = {{&out->embeds, "image.vision_embeds"},
+                                                           {&out->deepstack[0], "image.deepstack0"},
+                                                           {&out->deepstack[1], "image.deepstack1"}};
+  for (const auto& [tensor, name] : outputs) {
+    const std::vector<float>& want = golden.at(name).f32;
+    double scale = 0;
+    for (float v : want) scale = std::max(scale, std::fabs(double(v)));
+    const double err = max_abs_diff(*tensor, golden.at(name)) / scale;
+    std::printf("[ measured ] cuda bf16 %s: max rel error %.3g\n", name, err);
+    EXPECT_LE(err, test::kHalfTolerance) << name;
+  }
 }
 
 }  // namespace

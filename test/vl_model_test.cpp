@@ -4,7 +4,8 @@
 // top ids at every position, and the greedy continuation, which runs through decode with the
 // rope delta; then the whole path from the golden pixel values and from test_image.png through
 // the image processor and the vision tower (the runtime's encode_image_span). CPU fp32 always;
-// the same on CUDA fp32 (eager and CUDA-graph decode) in Cuda* tests.
+// the same on CUDA fp32 (eager and CUDA-graph decode) in Cuda* tests, and bf16 against
+// transformers' bf16 (golden_bf16.safetensors) for every attention kind.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,8 +39,9 @@ std::array<int64_t, 3> golden_grid(const Golden& g, const std::string& name) {
   return {v[0], v[1], v[2]};
 }
 
-std::unique_ptr<Model> load_vl(const ModelOptions& options) {
-  const std::string path = converted_fixture(kFixture, DataType::kFp32);
+std::unique_ptr<Model> load_vl(const ModelOptions& options,
+                               DataType file_dtype = DataType::kFp32) {
+  const std::string path = converted_fixture(kFixture, file_dtype);
   Result<std::unique_ptr<Model>> model = Model::load(path, options);
   EXPECT_OK(model);
   return model.ok() ? std::move(model).value() : nullptr;
@@ -487,6 +489,59 @@ TEST(CudaVlModel, ChunkedPrefillWithGraphDecodeMatchesHuggingFace) {
 TEST(CudaVlModel, ImagePromptWithGraphDecodeMatchesHuggingFace) {
   SKIP_WITHOUT_CUDA();
   image_prompt_with_golden_vision(cuda_options(true));
+}
+
+// bf16 activations and KV cache against transformers run in bf16 (golden_bf16.safetensors), from
+// the bf16 checkpoint, for every attention kind, eager and graph decode: the text prompt, and the
+// image prompt through the bf16 vision tower from the golden pixel values, each with the top
+// token at every position and the greedy continuation (decode with the rope delta) where the
+// margin allows.
+TEST(CudaVlModel, Bf16MatchesBf16Goldens) {
+  SKIP_WITHOUT_CUDA();
+  const Golden g = Golden::load(kFixture, "golden_bf16.safetensors");
+  for (AttentionKind kind : {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
+    for (bool graph : {false, true}) {
+      const std::string what =
+          std::string(kFixture) + " " + attention_name(kind) + " bf16" + (graph ? " graph" : "");
+      ModelOptions options = cuda_options(graph);
+      options.activation = DataType::kBf16;
+      options.attention = kind;
+      auto model = load_vl(options, DataType::kBf16);
+      ASSERT_NE(model, nullptr);
+      const size_t V = static_cast<size_t>(model->config().vocab_size);
+      int compared = 0;
+      // The prompt p's rows, then its greedy continuation fed one golden token at a time.
+      auto check = [&](const std::string& p, const std::vector<float>& rows, int64_t rope_offset) {
+        compared += expect_prompt_rows_match(rows, g, p, kHalfTolerance, what);
+        if (rows.size() < V) return;
+        std::vector<float> last(rows.end() - static_cast<std::ptrdiff_t>(V), rows.end());
+        const std::vector<int32_t>& greedy = g.at(p + ".greedy").i32;
+        const int64_t T = static_cast<int64_t>(g.at(p + ".ids").i32.size());
+        for (size_t i = 0; i < greedy.size(); ++i) {
+          compared += expect_greedy_step(last, g, p, i, kHalfTolerance, what);
+          if (i + 1 == greedy.size()) break;
+          last = host_floats(forward_one(
+              *model, span_input({greedy[i]}, T + static_cast<int64_t>(i), LogitRows::kLast,
+                                 rope_offset)));
+        }
+      };
+      check("chat", host_floats(model->forward(g.at("chat.ids").i32, 0, true)), 0);
+
+      const std::vector<int32_t>& ids = g.at("img.ids").i32;
+      Result<ImageSpan> span = encode_image_span(*model, ids, 0, {golden_pixels(g, "fast")});
+      ASSERT_OK(span);
+      const std::vector<float>& want = g.at("image.vision_embeds").f32;
+      double scale = 0;
+      for (float v : want) scale = std::max(scale, std::fabs(double(v)));
+      EXPECT_LE(max_abs_error(host_floats(span->features.embeds), want) / scale, kHalfTolerance)
+          << what << ": vision embeds";
+      SequenceInput prompt = span_input(ids, 0, LogitRows::kAll);
+      prompt.rope_positions = span->index.positions;
+      prompt.image = &span->features;
+      check("img", host_floats(forward_one(*model, prompt)), span->index.delta);
+      EXPECT_GT(compared, 0) << what << ": no position or step with a clear margin";
+    }
+  }
 }
 
 }  // namespace

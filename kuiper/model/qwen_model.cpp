@@ -9,6 +9,10 @@
 
 namespace kuiper {
 
+DataType residual_dtype(DataType activation) {
+  return activation == DataType::kFp16 ? DataType::kFp32 : activation;
+}
+
 QwenModel::QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file,
                      const ModelOptions& options, int64_t max_context)
     : Model(std::move(config), std::move(file), options, max_context) {}
@@ -23,8 +27,9 @@ Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
     return Status::Error(std::string("the CPU backend computes in fp32, not ") +
                          dtype_name(options.activation));
   }
-  if (options.activation != DataType::kFp32 && options.activation != DataType::kFp16) {
-    return Status::Error(std::string("activations must be fp32 or fp16, not ") +
+  if (options.activation != DataType::kFp32 && options.activation != DataType::kFp16 &&
+      options.activation != DataType::kBf16) {
+    return Status::Error(std::string("activations must be fp32, fp16 or bf16, not ") +
                          dtype_name(options.activation));
   }
   if (options.cuda_graph && options.device != DeviceType::kCuda) {
@@ -234,7 +239,7 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   if (c.is_mrope()) {
     KUIPER_ASSIGN_OR_RETURN(w.rope_positions, Tensor::empty({3 * cap}, DataType::kInt32, dev));
   }
-  KUIPER_ASSIGN_OR_RETURN(w.x, Tensor::empty({cap, c.hidden_size}, act, dev));
+  KUIPER_ASSIGN_OR_RETURN(w.x, Tensor::empty({cap, c.hidden_size}, residual_dtype(act), dev));
   KUIPER_ASSIGN_OR_RETURN(w.h, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.o, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.attn, Tensor::empty({cap, c.q_dim()}, act, dev));
@@ -414,7 +419,7 @@ Status upload(const Tensor& dst, const int32_t* src, int64_t n) {
   return rows.copy_from(host);
 }
 
-// t as the model's activation dtype on its device (t itself when it already is).
+// t as `act` on `device` (t itself when it already is).
 Result<Tensor> to_activation(const Tensor& t, DataType act, DeviceType device) {
   if (t.dtype() == act && t.device() == device) return t;
   KUIPER_ASSIGN_OR_RETURN(Tensor host, t.to(DeviceType::kCpu));
@@ -433,7 +438,9 @@ Result<QwenModel::ImageRows> QwenModel::image_rows(const SequenceInput& s) const
   ImageRows r;
   const DataType act = options_.activation;
   const DeviceType dev = options_.device;
-  KUIPER_ASSIGN_OR_RETURN(r.features.embeds, to_activation(s.image->embeds, act, dev));
+  // The embeddings are copied over residual rows, the deepstack features added to them.
+  KUIPER_ASSIGN_OR_RETURN(r.features.embeds,
+                          to_activation(s.image->embeds, residual_dtype(act), dev));
   for (const Tensor& d : s.image->deepstack) {
     KUIPER_ASSIGN_OR_RETURN(Tensor converted, to_activation(d, act, dev));
     r.features.deepstack.push_back(std::move(converted));

@@ -21,6 +21,16 @@
 
 namespace kuiper {
 
+// The dtype of the residual stream (the embedding output, every layer's residual adds, the
+// image rows and deepstack adds, the final norm's input) for an activation dtype. Qwen2/2.5
+// checkpoints carry residual values beyond fp16's largest number (65504) on some tokens, which
+// fp16 turns into inf and then NaN: with fp16 activations the stream stays in fp32, read and
+// written by the ops' mixed-dtype forms (op::embedding into fp32, op::rmsnorm and op::linear's
+// norm from fp32, op::linear's residual and op::add into fp32), so the down projection's
+// product is added in fp32 too. bf16 has fp32's range and keeps the stream in bf16, as
+// transformers does; fp32 is fp32.
+DataType residual_dtype(DataType activation);
+
 class QwenModel : public Model {
  public:
   // With the vision tower when the file has one (Qwen3-VL).
@@ -56,7 +66,9 @@ class QwenModel : public Model {
   // never change.
   struct Workspace {
     int64_t capacity = 0;
-    Tensor ids, positions, x, h, q, k, v, attn, o, gate, up;
+    Tensor ids, positions;
+    Tensor x;  // the residual stream, in residual_dtype(activation)
+    Tensor h, q, k, v, attn, o, gate, up;
     // M-RoPE models (Qwen3-VL): int32 [3 * capacity], the first 3T entries the [3, T] rotary
     // positions (rows t, h, w); positions stays the tokens' cache rows.
     Tensor rope_positions;
@@ -69,7 +81,7 @@ class QwenModel : public Model {
   struct ImageRun {
     int64_t row, feature_row, count;
   };
-  // The images of one sequence: its features (in the activation dtype on the device) and runs.
+  // The images of one sequence: its features (see image_rows) and runs.
   struct ImageRows {
     ImageFeatures features;
     std::vector<ImageRun> runs;
@@ -100,7 +112,8 @@ class QwenModel : public Model {
   // Stacks each layer's q/k/v and gate/up matrices (see Layer); device models only.
   Status stack_projections();
   Result<Workspace> make_workspace(int64_t tokens) const;
-  // The image rows of a sequence carrying image features.
+  // The image rows of a sequence carrying image features: the embeddings in the residual dtype,
+  // the deepstack features in the activation dtype, on the model's device.
   Result<ImageRows> image_rows(const SequenceInput& sequence) const;
   // Runs one sequence: uploads its tokens and positions, then its passes (prefill_chunk rows
   // each, or the decode step); its requested logits rows go to `logits`.

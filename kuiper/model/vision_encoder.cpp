@@ -141,10 +141,11 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::create(const VisionConfig&
                                                              DeviceType device,
                                                              DataType activation) {
   KUIPER_RETURN_IF_ERROR(config.validate());
-  if (activation != DataType::kFp32 &&
-      !(activation == DataType::kFp16 && device == DeviceType::kCuda)) {
+  const bool half = activation == DataType::kFp16 || activation == DataType::kBf16;
+  if (activation != DataType::kFp32 && !(half && device == DeviceType::kCuda)) {
     return Status::Error(std::string("vision encoder: activations of ") + dtype_name(activation) +
-                         " on " + device_name(device) + " are not supported (fp32, or fp16 on cuda)");
+                         " on " + device_name(device) +
+                         " are not supported (fp32, or fp16 or bf16 on cuda)");
   }
   std::unique_ptr<VisionEncoder> enc(new VisionEncoder());
   enc->config_ = config;

@@ -34,7 +34,7 @@ class VisionEncoder {
   using WeightGetter = std::function<Result<Tensor>(const std::string& hf_name)>;
 
   // Every tensor of expected_vision_tensors(config) is fetched and its shape checked.
-  // activation: fp32, or fp16 on CUDA.
+  // activation: fp32, or fp16 or bf16 on CUDA.
   static Result<std::unique_ptr<VisionEncoder>> create(const VisionConfig& config,
                                                        const WeightGetter& get,
                                                        DeviceType device, DataType activation);
