@@ -1,8 +1,8 @@
 // The CPU backend against Hugging Face transformers (fp32): last-position logits, top-8 ids and
 // log-sum-exp at every position, and the greedy continuation through the decode path. On the
-// shared tiny fixtures, and on four more configurations in test/data/configs (one kv head with
-// head dim 128, no GQA, tied and untied, other rope theta and norm eps) whose references
-// scripts/hf_golden.py computed with transformers 5.17.
+// shared tiny fixtures, and on five more configurations in test/data/configs (one kv head with
+// head dim 128, no GQA, tied and untied, other rope theta and norm eps, YaRN rope scaling) whose
+// references scripts/hf_golden.py computed with transformers 5.17.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,7 +146,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3-mqa-hd128", "short", false}, Case{"qwen3-mqa-hd128", "long", false},
                       Case{"qwen3-mha-tied", "short", false}, Case{"qwen3-mha-tied", "long", false},
                       Case{"qwen2-gqa4-tied", "short", false}, Case{"qwen2-gqa4-tied", "long", false},
-                      Case{"qwen2-mha-hd128", "short", false}, Case{"qwen2-mha-hd128", "long", false}),
+                      Case{"qwen2-mha-hd128", "short", false}, Case{"qwen2-mha-hd128", "long", false},
+                      Case{"qwen3-yarn", "short", false}, Case{"qwen3-yarn", "long", false}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = info.param.model + "_" + info.param.prompt;
       for (char& ch : name) {
