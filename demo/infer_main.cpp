@@ -120,15 +120,16 @@ Status run_single(Generator& generator, ChatTemplate chat_template, const ChatOp
   return Status::Ok();
 }
 
-// Refuses a --max-context beyond the model's max_position_embeddings (positions it was never
-// trained for); the default context is cut to that maximum instead.
+// Refuses a --max-context beyond the model's context limit (positions it was never trained or
+// scaled for); the default context is cut to that maximum instead.
 Status fit_max_context(const ModelConfig& config, InferOptions& options) {
-  const int64_t model_max = config.max_position_embeddings;
+  const int64_t model_max = config.context_limit();
   if (options.model.max_context <= model_max) return Status::Ok();
   if (options.max_context_given) {
     return Status::Error("--max-context " + std::to_string(options.model.max_context) +
                          ": above the model's maximum of " + std::to_string(model_max) +
-                         " tokens (max_position_embeddings)");
+                         " tokens (max_position_embeddings" +
+                         (config.yarn ? std::string(", or YaRN's factor x original") : "") + ")");
   }
   options.model.max_context = model_max;
   return Status::Ok();

@@ -1,9 +1,9 @@
 // The CPU backend against Hugging Face transformers (fp32): last-position logits, top-8 ids and
 // log-sum-exp at every position, and the greedy continuation through the decode path. On the
 // shared tiny fixtures, on qwen2-overflow-tiny (planted weights drive <|im_start|>'s residual to
-// about 8e4, beyond fp16's range), and on four more configurations in test/data/configs (one kv
-// head with head dim 128, no GQA, tied and untied, other rope theta and norm eps) whose
-// references scripts/hf_golden.py computed with transformers 5.17.
+// about 8e4, beyond fp16's range), and on five more configurations in test/data/configs (one kv
+// head with head dim 128, no GQA, tied and untied, other rope theta and norm eps, YaRN rope
+// scaling) whose references scripts/hf_golden.py computed with transformers 5.17.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -163,7 +163,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen2-gqa4-tied", "short", Origin::kConfig},
                       Case{"qwen2-gqa4-tied", "long", Origin::kConfig},
                       Case{"qwen2-mha-hd128", "short", Origin::kConfig},
-                      Case{"qwen2-mha-hd128", "long", Origin::kConfig}),
+                      Case{"qwen2-mha-hd128", "long", Origin::kConfig},
+                      Case{"qwen3-yarn", "short", Origin::kConfig},
+                      Case{"qwen3-yarn", "long", Origin::kConfig}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = info.param.model + "_" + info.param.prompt;
       for (char& ch : name) {

@@ -176,7 +176,7 @@ TEST_P(BatchTest, InvalidEntriesAreErrorsThatWriteNothing) {
   SequenceInput bad_block = span_in(five, 0, 1);
   bad_block.blocks = Span<const int32_t>(&kBlocks[2], 1);
   SequenceInput offset = span_in(five, 0, 1);
-  offset.rope_offset = 3;
+  offset.rope_offset = -1;
   SequenceInput rope3 = span_in(five, 0, 1);
   rope3.rope_positions = positions;
   ImageFeatures features;
@@ -192,12 +192,10 @@ TEST_P(BatchTest, InvalidEntriesAreErrorsThatWriteNothing) {
                                    " is outside the vocabulary (" + std::to_string(outside[0]) + ")"},
       {span_in(none, 0, 1), "forward: sequence 1: no tokens"},
       {span_in(five, 0, 0), "forward: KV block 0 is written by two sequences of the batch"},
-      {offset, "forward: sequence 1: rope offsets and 3-D positions are for M-RoPE models; a " +
-                   std::string(architecture_name(model->config().arch)) +
-                   " model rotates at the cache position"},
-      {rope3, "forward: sequence 1: rope offsets and 3-D positions are for M-RoPE models; a " +
+      {offset, "forward: sequence 1: rotary positions -1 + [0, 5) are outside [0, 2^31)"},
+      {rope3, "forward: sequence 1: 3-D positions are for M-RoPE models; a " +
                   std::string(architecture_name(model->config().arch)) +
-                  " model rotates at the cache position"},
+                  " model rotates at 1-D positions"},
       {image, "forward: sequence 1: a " + std::string(architecture_name(model->config().arch)) +
                   " model takes no images"},
   };

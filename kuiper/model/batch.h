@@ -17,7 +17,8 @@
 // per chunk, in successive forwards, each continuing at the cache position the last one reached.
 //
 // Rotary positions are 1-D by default: token t rotates at start + t + rope_offset on every axis
-// (rope_offset is the delta the images before the span left on an M-RoPE model, 0 otherwise). A
+// (rope_offset is the delta the images before the span left on an M-RoPE model; on any model it
+// can shift a span's rotation, e.g. to check it far along a long context). A
 // span holding image-pad tokens gives explicit 3-D M-RoPE positions instead (qwen3_vl_rope_index)
 // and the features of its images: the span's k-th image-pad token takes row image_row + k of the
 // embeddings (replacing its token embedding) and of each deepstack feature (added after decoder
@@ -44,7 +45,7 @@ struct SequenceInput {
   int64_t start = 0;
   // KV block ids covering positions [0, start + T), in position order.
   Span<const int32_t> blocks;
-  // 1-D rotary positions: start + t + rope_offset. Non-zero on M-RoPE models only.
+  // 1-D rotary positions: start + t + rope_offset.
   int64_t rope_offset = 0;
   // 3-D rotary positions (M-RoPE models): [3, T] row-major, the t row, then h, then w. When given
   // they replace the 1-D ones; a span holding image-pad tokens needs them.

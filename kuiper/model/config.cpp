@@ -1,5 +1,8 @@
 #include "kuiper/model/config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "kuiper/base/json_reader.h"
 
 namespace kuiper {
@@ -55,7 +58,53 @@ Status ModelConfig::validate() const {
   if (!(rms_norm_eps > 0) || !(rope_theta > 0)) {
     return Status::Error("config: rms_norm_eps and rope_theta must be positive");
   }
+  KUIPER_RETURN_IF_ERROR(validate_yarn());
   return validate_vl();
+}
+
+Status ModelConfig::validate_yarn() const {
+  if (!yarn) return Status::Ok();
+  const YarnConfig& y = *yarn;
+  auto fail = [](const std::string& why) {
+    return Status::Error("config: yarn rope scaling: " + why);
+  };
+  if (is_mrope()) return fail("not supported with M-RoPE (Qwen3-VL)");
+  if (!(y.factor >= 1) || !std::isfinite(y.factor)) {
+    return fail("factor must be a number >= 1, got " + std::to_string(y.factor));
+  }
+  const int64_t original = y.original_max_position_embeddings;
+  if (original < 1 || original > kMaxPositions) {
+    return fail("original_max_position_embeddings " + std::to_string(original) +
+                " is not in [1, " + std::to_string(kMaxPositions) + "]");
+  }
+  if (!(y.beta_slow > 0) || !(y.beta_fast > y.beta_slow) || !std::isfinite(y.beta_fast)) {
+    return fail("beta_fast and beta_slow must be positive with beta_fast > beta_slow, got " +
+                std::to_string(y.beta_fast) + " and " + std::to_string(y.beta_slow));
+  }
+  if (!(y.attention_factor > 0) || !std::isfinite(y.attention_factor)) {
+    return fail("attention_factor must be positive, got " + std::to_string(y.attention_factor));
+  }
+  const op::RopeParams p = rope();
+  if (!(p.low < p.high)) {
+    return fail("the frequency ramp [" + std::to_string(p.low) + ", " + std::to_string(p.high) +
+                "] is empty for head_dim " + std::to_string(head_dim));
+  }
+  return Status::Ok();
+}
+
+int64_t ModelConfig::context_limit() const {
+  if (!yarn) return max_position_embeddings;
+  const double scaled =
+      yarn->factor * static_cast<double>(yarn->original_max_position_embeddings);
+  return std::max(max_position_embeddings,
+                  static_cast<int64_t>(std::min(scaled, static_cast<double>(kMaxPositions))));
+}
+
+op::RopeParams ModelConfig::rope() const {
+  if (!yarn) return op::RopeParams(rope_theta);
+  return op::yarn_rope(rope_theta, head_dim, yarn->factor, yarn->original_max_position_embeddings,
+                       yarn->beta_fast, yarn->beta_slow, yarn->attention_factor,
+                       yarn->truncate);
 }
 
 Status ModelConfig::validate_vl() const {
@@ -125,6 +174,16 @@ json ModelConfig::to_json() const {
               {"qk_norm", qk_norm},
               {"bos_token_id", bos_token_id},
               {"eos_token_ids", eos_token_ids}};
+  if (yarn) {
+    j["rope_scaling"] = {{"rope_type", "yarn"},
+                         {"factor", yarn->factor},
+                         {"original_max_position_embeddings",
+                          yarn->original_max_position_embeddings},
+                         {"beta_fast", yarn->beta_fast},
+                         {"beta_slow", yarn->beta_slow},
+                         {"attention_factor", yarn->attention_factor},
+                         {"truncate", yarn->truncate}};
+  }
   if (arch == Architecture::kQwen3VL) {
     j["mrope_section"] = mrope_section;
     j["mrope_interleaved"] = mrope_interleaved;
@@ -158,6 +217,20 @@ Result<ModelConfig> ModelConfig::from_json(const json& j) {
   KUIPER_ASSIGN_OR_RETURN(c.bos_token_id, r.get_int("bos_token_id"));
   KUIPER_ASSIGN_OR_RETURN(JsonReader eos, r.at("eos_token_ids"));
   KUIPER_ASSIGN_OR_RETURN(c.eos_token_ids, eos.to_int_list());
+  if (r.has("rope_scaling")) {  // absent in files of unscaled models (and in older files)
+    KUIPER_ASSIGN_OR_RETURN(JsonReader s, r.at("rope_scaling"));
+    KUIPER_ASSIGN_OR_RETURN(std::string type, s.get_string("rope_type"));
+    if (type != "yarn") return s.error("rope_type '" + type + "' is not supported (yarn only)");
+    YarnConfig y;
+    KUIPER_ASSIGN_OR_RETURN(y.factor, s.get_double("factor"));
+    KUIPER_ASSIGN_OR_RETURN(y.original_max_position_embeddings,
+                            s.get_int("original_max_position_embeddings"));
+    KUIPER_ASSIGN_OR_RETURN(y.beta_fast, s.get_double("beta_fast"));
+    KUIPER_ASSIGN_OR_RETURN(y.beta_slow, s.get_double("beta_slow"));
+    KUIPER_ASSIGN_OR_RETURN(y.attention_factor, s.get_double("attention_factor"));
+    KUIPER_ASSIGN_OR_RETURN(y.truncate, s.get_bool("truncate"));
+    c.yarn = y;
+  }
   if (c.arch == Architecture::kQwen3VL) {
     KUIPER_ASSIGN_OR_RETURN(JsonReader section, r.at("mrope_section"));
     KUIPER_ASSIGN_OR_RETURN(c.mrope_section, section.to_int_list());
@@ -175,8 +248,38 @@ Result<ModelConfig> ModelConfig::from_json(const json& j) {
 
 namespace {
 
+// YaRN's fields with transformers' defaults (_compute_yarn_parameters and
+// standardize_rope_params): original_max_position_embeddings is max_position_embeddings when
+// absent, and a top-level one takes precedence over the scaling's (Phi3 keeps it there); factor
+// absent is max_position_embeddings / original; beta_fast and beta_slow absent or 0 are 32 and 1;
+// attention_factor absent comes from factor (and mscale / mscale_all_dim when both are given).
+Status read_yarn(const JsonReader& t, const JsonReader& s, ModelConfig& c) {
+  const int64_t max = ModelConfig::kMaxPositions;
+  YarnConfig y;
+  KUIPER_ASSIGN_OR_RETURN(int64_t original, s.get_int_or("original_max_position_embeddings",
+                                                         c.max_position_embeddings, 1, max));
+  KUIPER_ASSIGN_OR_RETURN(y.original_max_position_embeddings,
+                          t.get_int_or("original_max_position_embeddings", original, 1, max));
+  const double ratio = static_cast<double>(c.max_position_embeddings) /
+                       static_cast<double>(y.original_max_position_embeddings);
+  KUIPER_ASSIGN_OR_RETURN(y.factor, s.get_double_or("factor", ratio));
+  KUIPER_ASSIGN_OR_RETURN(y.beta_fast, s.get_double_or("beta_fast", 0.0));
+  KUIPER_ASSIGN_OR_RETURN(y.beta_slow, s.get_double_or("beta_slow", 0.0));
+  if (y.beta_fast == 0) y.beta_fast = 32.0;
+  if (y.beta_slow == 0) y.beta_slow = 1.0;
+  KUIPER_ASSIGN_OR_RETURN(double mscale, s.get_double_or("mscale", 0.0));
+  KUIPER_ASSIGN_OR_RETURN(double mscale_all_dim, s.get_double_or("mscale_all_dim", 0.0));
+  KUIPER_ASSIGN_OR_RETURN(
+      y.attention_factor,
+      s.get_double_or("attention_factor",
+                      op::yarn_attention_factor(y.factor, mscale, mscale_all_dim)));
+  KUIPER_ASSIGN_OR_RETURN(y.truncate, s.get_bool_or("truncate", true));
+  c.yarn = y;
+  return Status::Ok();
+}
+
 // rope_theta lives at the top level (older configs) or inside rope_parameters (newer ones);
-// only unscaled ("default") rotary embeddings are supported.
+// rotary embeddings are unscaled ("default") or YaRN-scaled.
 Status read_rope(const JsonReader& t, ModelConfig& c) {
   std::optional<JsonReader> scaling;
   if (t.has("rope_parameters")) {
@@ -191,9 +294,10 @@ Status read_rope(const JsonReader& t, ModelConfig& c) {
   if (scaling) {
     KUIPER_ASSIGN_OR_RETURN(std::string old_type, scaling->get_string_or("type", "default"));
     KUIPER_ASSIGN_OR_RETURN(std::string type, scaling->get_string_or("rope_type", old_type));
+    if (type == "yarn") return read_yarn(t, *scaling, c);
     if (type != "default") {
       return Status::Error("config.json: rope scaling type '" + type +
-                           "' is not supported (only default rotary embeddings)");
+                           "' is not supported (supported: default, yarn)");
     }
   }
   return Status::Ok();

@@ -12,10 +12,23 @@
 #include "kuiper/base/status.h"
 #include "kuiper/model/tensor_spec.h"
 #include "kuiper/model/vision_config.h"
+#include "kuiper/op/rope_params.h"
 
 namespace kuiper {
 
 enum class Architecture { kQwen2, kQwen3, kQwen3VL };
+
+// YaRN rope scaling as config.json gives it (rope_scaling or rope_parameters with rope_type
+// "yarn"), transformers' defaults filled in: the attention factor is resolved (given, or from
+// factor and mscale / mscale_all_dim).
+struct YarnConfig {
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double attention_factor = 1.0;
+  bool truncate = true;
+};
 const char* architecture_name(Architecture a);  // "qwen2", "qwen3", "qwen3_vl"
 Result<Architecture> parse_architecture(const std::string& name);
 
@@ -30,6 +43,7 @@ struct ModelConfig {
   int64_t head_dim = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  std::optional<YarnConfig> yarn;  // none: unscaled RoPE
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2: q/k/v projections carry a bias
@@ -61,13 +75,20 @@ struct ModelConfig {
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   bool is_mrope() const { return !mrope_section.empty(); }
+  // How the text model's RoPE turns (theta and, with yarn, its scaling).
+  op::RopeParams rope() const;
+  // The longest context the rotary embedding is made for: max_position_embeddings, or YaRN's
+  // factor x original_max_position_embeddings where larger (Qwen3 keeps 40960 beside factor 4
+  // over 32768 and documents 131072).
+  int64_t context_limit() const;
   // Where the text model's tensors live: "model.language_model." for Qwen3-VL, else "model.".
   std::string text_prefix() const;
 
   // Checks the numbers are consistent (sizes positive and within the limits above, heads
   // divisible by kv heads, ...).
   Status validate() const;
-  Status validate_vl() const;  // the Qwen3-VL fields (part of validate)
+  Status validate_vl() const;    // the Qwen3-VL fields (part of validate)
+  Status validate_yarn() const;  // the rope scaling (part of validate)
   nlohmann::json to_json() const;
   static Result<ModelConfig> from_json(const nlohmann::json& j);
   // From a Hugging Face config.json (older rope_theta/rope_scaling style or newer

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include <glog/logging.h>
 
@@ -133,9 +134,14 @@ Status Model::check_batch(Span<const SequenceInput> batch) const {
       }
       if (c.image_token_id >= 0 && id == c.image_token_id) ++pads;
     }
-    if (!c.is_mrope() && (s.rope_offset != 0 || !s.rope_positions.empty())) {
-      return fail(std::string("rope offsets and 3-D positions are for M-RoPE models; a ") +
-                  architecture_name(c.arch) + " model rotates at the cache position");
+    if (!c.is_mrope() && !s.rope_positions.empty()) {
+      return fail(std::string("3-D positions are for M-RoPE models; a ") +
+                  architecture_name(c.arch) + " model rotates at 1-D positions");
+    }
+    if (s.start + s.rope_offset < 0 ||
+        s.start + s.rope_offset + T > std::numeric_limits<int32_t>::max()) {
+      return fail("rotary positions " + str(s.start + s.rope_offset) + " + [0, " + str(T) +
+                  ") are outside [0, 2^31)");
     }
     if (!s.rope_positions.empty() && static_cast<int64_t>(s.rope_positions.size()) != 3 * T) {
       return fail("3-D positions must be [3, " + str(T) + "] for " + str(T) + " tokens, got " +

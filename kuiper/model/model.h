@@ -21,7 +21,8 @@ struct ModelOptions {
   AttentionKind attention = AttentionKind::kFlash2;
   // Activation (and KV cache) dtype: fp32 on the CPU; fp16 or fp32 on CUDA.
   DataType activation = DataType::kFp32;
-  // KV cache length of one sequence in tokens; 0 means the model's max_position_embeddings.
+  // KV cache length of one sequence in tokens; 0 means the model's context_limit() (its
+  // max_position_embeddings, more with YaRN).
   int64_t max_context = 4096;
   // Sequences whose KV caches the pool holds at once: blocks of max_context rows (see batch.h).
   int64_t max_sequences = 1;

@@ -41,7 +41,7 @@ Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
                          std::to_string(options.max_sequences));
   }
   const int64_t max_context =
-      options.max_context > 0 ? options.max_context : config.max_position_embeddings;
+      options.max_context > 0 ? options.max_context : config.context_limit();
   std::unique_ptr<QwenModel> model(
       new QwenModel(std::move(config), std::move(file), options, max_context));
   const ModelConfig& c = model->config_;
@@ -236,9 +236,9 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   w.capacity = cap;
   KUIPER_ASSIGN_OR_RETURN(w.ids, Tensor::empty({cap}, DataType::kInt32, dev));
   KUIPER_ASSIGN_OR_RETURN(w.positions, Tensor::empty({cap}, DataType::kInt32, dev));
-  if (c.is_mrope()) {
-    KUIPER_ASSIGN_OR_RETURN(w.rope_positions, Tensor::empty({3 * cap}, DataType::kInt32, dev));
-  }
+  const int64_t rope_axes = c.is_mrope() ? 3 : 1;
+  KUIPER_ASSIGN_OR_RETURN(w.rope_positions,
+                          Tensor::empty({rope_axes * cap}, DataType::kInt32, dev));
   KUIPER_ASSIGN_OR_RETURN(w.x, Tensor::empty({cap, c.hidden_size}, residual_dtype(act), dev));
   KUIPER_ASSIGN_OR_RETURN(w.h, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.o, Tensor::empty({cap, c.hidden_size}, act, dev));
@@ -294,25 +294,21 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
-  if (c.is_mrope() && pass.rope_axes_equal) {  // Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p
-    Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [3, T] positions
+  if (pass.rope_axes_equal) {  // RoPE (Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p)
+    Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [axes, T] positions
     KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
         q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
-        positions, c.rope_theta, k_cache, v_cache, &rotary));
-  } else if (c.is_mrope()) {  // Qwen3-VL: the rotary positions are [3, T], apart from the cache rows
+        positions, c.rope(), k_cache, v_cache, &rotary));
+  } else {  // Qwen3-VL: the rotary positions are [3, T], apart from the cache rows
     KUIPER_ASSIGN_OR_RETURN(Tensor rope3, ws.rope_positions.rows(0, 3 * T).reshape({3, T}));
     if (c.qk_norm) {
       KUIPER_RETURN_IF_ERROR(op::rmsnorm(q_heads, L.q_norm, eps, q_heads));
       KUIPER_RETURN_IF_ERROR(op::rmsnorm(k_heads, L.k_norm, eps, k_heads));
     }
-    KUIPER_RETURN_IF_ERROR(op::mrope(q_heads, rope3, c.rope_theta, c.mrope_section));
-    KUIPER_RETURN_IF_ERROR(op::mrope(k_heads, rope3, c.rope_theta, c.mrope_section));
+    KUIPER_RETURN_IF_ERROR(op::mrope(q_heads, rope3, c.rope(), c.mrope_section));
+    KUIPER_RETURN_IF_ERROR(op::mrope(k_heads, rope3, c.rope(), c.mrope_section));
     KUIPER_RETURN_IF_ERROR(op::kv_write(k, k_cache, positions));
     KUIPER_RETURN_IF_ERROR(op::kv_write(v, v_cache, positions));
-  } else {
-    KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
-        q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
-        positions, c.rope_theta, k_cache, v_cache));
   }
 
   op::AttentionArgs args;
@@ -392,8 +388,7 @@ Status QwenModel::run_forward(const Workspace& ws, const Pass& pass, Tensor logi
 Status QwenModel::run_decode_step(const Pass& pass) {
   // The graph holds the fused qk-norm / RoPE / cache-write kernel, which rotates every axis by
   // the first one's position, and no image rows: M-RoPE tokens whose axes differ run eagerly.
-  const bool graph_safe =
-      pass.image == nullptr && (!config_.is_mrope() || pass.rope_axes_equal);
+  const bool graph_safe = pass.image == nullptr && pass.rope_axes_equal;
   if (decode_graphs_.empty() || !graph_safe) {
     return run_forward(decode_ws_, pass, decode_ws_.logits);
   }
@@ -464,20 +459,19 @@ Result<QwenModel::ImageRows> QwenModel::image_rows(const SequenceInput& s) const
 Status QwenModel::run_sequence(const SequenceInput& s, const ImageRows* image, Tensor logits) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(s.tokens.size());
-  // Cache rows, and for M-RoPE the [3, T] rotary positions (1-D ones on every axis when none
-  // are given).
+  // Cache rows, and the rotary positions: [3, T] for M-RoPE, [1, T] otherwise (the 1-D ones on
+  // every axis when none are given).
   host_positions_.resize(static_cast<size_t>(T));
   std::iota(host_positions_.begin(), host_positions_.end(), static_cast<int32_t>(s.start));
-  if (c.is_mrope()) {
-    host_rope_.resize(static_cast<size_t>(3 * T));
-    if (s.rope_positions.empty()) {
-      for (int64_t a = 0; a < 3; ++a) {
-        std::iota(host_rope_.begin() + a * T, host_rope_.begin() + (a + 1) * T,
-                  static_cast<int32_t>(s.start + s.rope_offset));
-      }
-    } else {
-      std::copy(s.rope_positions.begin(), s.rope_positions.end(), host_rope_.begin());
+  const int64_t rope_axes = c.is_mrope() ? 3 : 1;
+  host_rope_.resize(static_cast<size_t>(rope_axes * T));
+  if (s.rope_positions.empty()) {
+    for (int64_t a = 0; a < rope_axes; ++a) {
+      std::iota(host_rope_.begin() + a * T, host_rope_.begin() + (a + 1) * T,
+                static_cast<int32_t>(s.start + s.rope_offset));
     }
+  } else {
+    std::copy(s.rope_positions.begin(), s.rope_positions.end(), host_rope_.begin());
   }
   // Prefill, options_.prefill_chunk rows at a time: the workspace holds one pass, and each pass
   // attends to the cache the earlier ones wrote.
@@ -496,20 +490,18 @@ Status QwenModel::run_sequence(const SequenceInput& s, const ImageRows* image, T
     const int64_t n = pass.T;
     KUIPER_RETURN_IF_ERROR(upload(ws.ids, s.tokens.data() + c0, n));
     KUIPER_RETURN_IF_ERROR(upload(ws.positions, host_positions_.data() + c0, n));
-    if (c.is_mrope()) {
-      // The pass's [3, n] rotary positions, and whether its three axes agree (text only).
-      host_pass_rope_.resize(static_cast<size_t>(3 * n));
-      bool equal = true;
-      for (int64_t a = 0; a < 3; ++a) {
-        for (int64_t t = 0; t < n; ++t) {
-          const int32_t p = host_rope_[static_cast<size_t>(a * T + c0 + t)];
-          host_pass_rope_[static_cast<size_t>(a * n + t)] = p;
-          equal = equal && p == host_rope_[static_cast<size_t>(c0 + t)];
-        }
+    // The pass's [axes, n] rotary positions, and whether its axes agree (M-RoPE: text only).
+    host_pass_rope_.resize(static_cast<size_t>(rope_axes * n));
+    bool equal = true;
+    for (int64_t a = 0; a < rope_axes; ++a) {
+      for (int64_t t = 0; t < n; ++t) {
+        const int32_t p = host_rope_[static_cast<size_t>(a * T + c0 + t)];
+        host_pass_rope_[static_cast<size_t>(a * n + t)] = p;
+        equal = equal && p == host_rope_[static_cast<size_t>(c0 + t)];
       }
-      pass.rope_axes_equal = equal;
-      KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions, host_pass_rope_.data(), 3 * n));
     }
+    pass.rope_axes_equal = equal;
+    KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions, host_pass_rope_.data(), rope_axes * n));
     if (image != nullptr) {
       for (const ImageRun& run : image->runs) {
         if (run.row < c0 + n && run.row + run.count > c0) pass.image = image;

@@ -69,8 +69,8 @@ class QwenModel : public Model {
     Tensor ids, positions;
     Tensor x;  // the residual stream, in residual_dtype(activation)
     Tensor h, q, k, v, attn, o, gate, up;
-    // M-RoPE models (Qwen3-VL): int32 [3 * capacity], the first 3T entries the [3, T] rotary
-    // positions (rows t, h, w); positions stays the tokens' cache rows.
+    // int32 [axes * capacity], the first axes * T entries the [axes, T] rotary positions (M-RoPE,
+    // Qwen3-VL: 3 axes, rows t, h, w; else 1); positions stays the tokens' cache rows.
     Tensor rope_positions;
     // One-token workspaces only: q|k|v and gate|up back to back, the outputs of the stacked
     // GEMVs; q, k, v, gate and up are views of them; and the step's logits [1, vocab].
@@ -91,8 +91,8 @@ class QwenModel : public Model {
     int64_t T = 0;
     int64_t start = 0;  // the cache position of the pass's first row
     int32_t block = 0;  // the KV block holding the sequence
-    // M-RoPE: every row's three positions agree (text), so M-RoPE is RoPE at the first axis and
-    // the fused qk-norm / RoPE / cache-write kernel serves.
+    // Every row's positions agree on all axes (always with one axis; M-RoPE: text), so RoPE at the
+    // first axis serves, through the fused qk-norm / RoPE / cache-write kernel.
     bool rope_axes_equal = false;
     const ImageRows* image = nullptr;  // null: no image rows in the pass
     int64_t row0 = 0;

@@ -1,5 +1,7 @@
 #include "kuiper/op/ops.h"
 
+#include <cmath>
+
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
 #ifdef KUIPER_WITH_CUDA
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
@@ -54,6 +56,19 @@ Status check_cache_rows(const char* op, const Tensor& positions, const Tensor& c
     }
   }
   return Status::Ok();
+}
+
+// Rotary parameters the kernels can turn by: a positive theta; for YaRN a positive factor and
+// attention factor and a ramp that rises (low < high).
+Status check_rope(const char* op, const RopeParams& rope) {
+  bool ok = rope.theta > 0 && std::isfinite(rope.theta);
+  if (rope.scaling == RopeScaling::kYarn) {
+    ok = ok && rope.factor > 0 && std::isfinite(rope.factor) && rope.attention_factor > 0 &&
+         std::isfinite(rope.attention_factor) && rope.low >= 0 && rope.low < rope.high &&
+         std::isfinite(rope.high);
+  }
+  return ok ? Status::Ok()
+            : fail(op, "bad rotary parameters (theta " + std::to_string(rope.theta) + ")");
 }
 
 }  // namespace
@@ -116,20 +131,22 @@ Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out)
   KUIPER_DISPATCH(x.device(), matmul(x, w, bias, out));
 }
 
-Status rope(Tensor& x, const Tensor& positions, double theta) {
+Status rope(Tensor& x, const Tensor& positions, RopeParams rope) {
   KUIPER_RETURN_IF_ERROR(check_activation("rope", x));
   KUIPER_RETURN_IF_ERROR(same_device("rope", {&x, &positions}));
+  KUIPER_RETURN_IF_ERROR(check_rope("rope", rope));
   if (x.ndim() != 3 || x.dim(2) % 2 != 0 || positions.dtype() != DataType::kInt32 ||
       positions.numel() != x.dim(0)) {
     return fail("rope", "bad input " + x.describe() + " with positions " + positions.describe());
   }
-  KUIPER_DISPATCH(x.device(), rope(x, positions, theta));
+  KUIPER_DISPATCH(x.device(), rope(x, positions, rope));
 }
 
-Status mrope(Tensor& x, const Tensor& positions, double theta,
+Status mrope(Tensor& x, const Tensor& positions, RopeParams rope,
              const std::vector<int64_t>& sections) {
   KUIPER_RETURN_IF_ERROR(check_activation("mrope", x));
   KUIPER_RETURN_IF_ERROR(same_device("mrope", {&x, &positions}));
+  KUIPER_RETURN_IF_ERROR(check_rope("mrope", rope));
   if (x.ndim() != 3 || x.dim(2) % 2 != 0 || positions.dtype() != DataType::kInt32 ||
       positions.numel() != 3 * x.dim(0)) {
     return fail("mrope", "bad input " + x.describe() + " with positions " + positions.describe() +
@@ -141,7 +158,7 @@ Status mrope(Tensor& x, const Tensor& positions, double theta,
     return fail("mrope", "sections must be three non-negative counts summing to head_dim / 2 (" +
                              std::to_string(x.dim(2) / 2) + ")");
   }
-  KUIPER_DISPATCH(x.device(), mrope(x, positions, theta, sections));
+  KUIPER_DISPATCH(x.device(), mrope(x, positions, rope, sections));
 }
 
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -234,11 +251,12 @@ Status linear(const Tensor& x, const Tensor& w, const LinearOptions& o, Tensor& 
 
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          RopeParams rope, Tensor& k_cache, Tensor& v_cache,
                           const Tensor* rope_positions) {
   KUIPER_RETURN_IF_ERROR(check_activation("qk_norm_rope_cache", q));
   KUIPER_RETURN_IF_ERROR(
       same_device("qk_norm_rope_cache", {&q, &k, &v, &positions, &k_cache, &v_cache}));
+  KUIPER_RETURN_IF_ERROR(check_rope("qk_norm_rope_cache", rope));
   const int64_t T = q.dim(0);
   if (q.ndim() != 3 || k.ndim() != 3 || k.dim(0) != T || k.dim(2) != q.dim(2) ||
       q.dim(2) % 2 != 0 || v.ndim() != 2 || v.dim(0) != T || v.dim(1) != k.dim(1) * k.dim(2) ||
@@ -267,7 +285,7 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
   }
   KUIPER_RETURN_IF_ERROR(check_cache_rows("qk_norm_rope_cache", positions, k_cache));
   const Tensor& rotary = rope_positions != nullptr ? *rope_positions : positions;
-  KUIPER_DISPATCH(q.device(), qk_norm_rope_cache(q, k, v, q_norm, k_norm, eps, positions, theta,
+  KUIPER_DISPATCH(q.device(), qk_norm_rope_cache(q, k, v, q_norm, k_norm, eps, positions, rope,
                                                  k_cache, v_cache, rotary));
 }
 

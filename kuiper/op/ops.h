@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "kuiper/op/rope_params.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper::op {
@@ -25,15 +26,17 @@ Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
 
 // Rotary embedding in place, rotate-half form as Hugging Face applies it: for each head,
-// pairs (i, i + d/2) rotate by angle pos * theta^(-2i/d). x: [T, heads, d]; positions: int32 [T].
-Status rope(Tensor& x, const Tensor& positions, double theta);
+// pairs (i, i + d/2) rotate by angle pos * f(i), f(i) = theta^(-2i/d) (YaRN: scaled per
+// frequency, and cos and sin times its attention factor; rope_params.h). x: [T, heads, d];
+// positions: int32 [T].
+Status rope(Tensor& x, const Tensor& positions, RopeParams rope);
 
 // Qwen3-VL's interleaved multimodal rotary embedding in place, rope() with per-frequency
-// positions: frequency i of each head rotates by positions[a, t] * theta^(-2i/d), where axis a is
+// positions: frequency i of each head rotates by positions[a, t] * f(i), where axis a is
 // 1 (h) when i % 3 == 1 and i < 3 * sections[1], 2 (w) when i % 3 == 2 and i < 3 * sections[2],
 // else 0 (t). x: [T, heads, d]; positions: int32 [3, T] (rows t, h, w) on x's device; sections:
 // three counts summing to d / 2. With three equal rows it is rope() at that row.
-Status mrope(Tensor& x, const Tensor& positions, double theta,
+Status mrope(Tensor& x, const Tensor& positions, RopeParams rope,
              const std::vector<int64_t>& sections);
 
 // out = silu(gate) * up, elementwise. out may alias gate or up.
@@ -76,7 +79,7 @@ Status linear(const Tensor& x, const Tensor& w, const LinearOptions& options, Te
 // `positions` (Qwen3-VL text tokens: the cache row plus the images' rope delta).
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          RopeParams rope, Tensor& k_cache, Tensor& v_cache,
                           const Tensor* rope_positions = nullptr);
 
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].

@@ -1,6 +1,7 @@
 // op::mrope, Qwen3-VL's interleaved M-RoPE: the CPU reference against a double-precision
 // transcription of Hugging Face's rotary (three frequency tables, h and w interleaved over t),
-// its reduction to ordinary RoPE when t = h = w, and every backend against the CPU.
+// its reduction to ordinary RoPE when t = h = w (plain and YaRN), and every backend against the
+// CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,10 +86,13 @@ TEST(Mrope, EqualAxesAreOrdinaryRope) {
   std::vector<int32_t> pos3;
   for (int r = 0; r < 3; ++r) pos3.insert(pos3.end(), p.begin(), p.end());
   Tensor x = random_tensor({T, heads, d}, 12);
-  Tensor a = *x.to(DeviceType::kCpu), b = *x.to(DeviceType::kCpu);
-  ASSERT_OK(op::mrope(a, positions_of(pos3), 1e6, kSections));
-  ASSERT_OK(op::rope(b, int_tensor(p, {T}), 1e6));
-  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  for (const op::RopeParams& rope :
+       {op::RopeParams(1e6), op::yarn_rope(1e6, d, 4.0, 32768, 32, 1, 1.25, true)}) {
+    Tensor a = *x.to(DeviceType::kCpu), b = *x.to(DeviceType::kCpu);
+    ASSERT_OK(op::mrope(a, positions_of(pos3), rope, kSections));
+    ASSERT_OK(op::rope(b, int_tensor(p, {T}), rope));
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  }
 }
 
 TEST(Mrope, BadArgumentsAreErrors) {
@@ -107,11 +111,17 @@ std::vector<OpCase> mrope_cases() {
       const int64_t T = 37;
       std::vector<int32_t> pos(static_cast<size_t>(3 * T));
       for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>((i * 7919) % 5000);
-      cases.push_back(
-          {"mrope head_dim " + std::to_string(d) + " " + dtype_name(act),
-           {in_out({T, 5, d}, act), ints(pos, {3, T})},
-           [sections](std::vector<Tensor>& a) { return op::mrope(a[0], a[1], 5e6, sections); },
-           {1e-5, 2e-3}});
+      for (bool yarn : {false, true}) {
+        const op::RopeParams rope =
+            yarn ? op::yarn_rope(5e6, d, 4.0, 262144, 32, 1, 1.25, true) : op::RopeParams(5e6);
+        cases.push_back(
+            {"mrope head_dim " + std::to_string(d) + " " + dtype_name(act) + (yarn ? " yarn" : ""),
+             {in_out({T, 5, d}, act), ints(pos, {3, T})},
+             [sections, rope](std::vector<Tensor>& a) {
+               return op::mrope(a[0], a[1], rope, sections);
+             },
+             {1e-5, 2e-3}});
+      }
     }
   }
   return cases;

@@ -4,10 +4,12 @@
 // so do we, to match its rounding.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "kuiper/op/kernels/host_device.h"
+#include "kuiper/op/rope_params.h"
 
 namespace kuiper {
 
@@ -21,9 +23,24 @@ inline float rope_inv_freq(double theta, int64_t dim, int64_t i) {
                          static_cast<float>(2 * i) / static_cast<float>(dim));
 }
 
-// out[i] = rope_inv_freq(theta, dim, i) for i in [0, n).
-inline void rope_inv_freqs(double theta, int64_t dim, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = rope_inv_freq(theta, dim, i);
+// Frequency i of `p` over `dim` channels. YaRN blends the extrapolated frequency (the one above)
+// and the interpolated one (divided by factor) by a ramp in i, each step rounded to fp32 in
+// transformers' order (_compute_yarn_parameters).
+inline float rope_inv_freq(const op::RopeParams& p, int64_t dim, int64_t i) {
+  if (p.scaling == op::RopeScaling::kNone) return rope_inv_freq(p.theta, dim, i);
+  const float pos_freq = std::pow(static_cast<float>(p.theta),
+                                  static_cast<float>(2 * i) / static_cast<float>(dim));
+  const float extrapolation = 1.0f / pos_freq;
+  const float interpolation = 1.0f / (static_cast<float>(p.factor) * pos_freq);
+  const float ramp = (static_cast<float>(i) - static_cast<float>(p.low)) /
+                     static_cast<float>(p.high - p.low);
+  const float keep = 1.0f - std::min(std::max(ramp, 0.0f), 1.0f);  // extrapolation's share
+  return interpolation * (1.0f - keep) + extrapolation * keep;
+}
+
+// out[i] = rope_inv_freq(p, dim, i) for i in [0, n).
+inline void rope_inv_freqs(const op::RopeParams& p, int64_t dim, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = rope_inv_freq(p, dim, i);
 }
 
 struct RotatedPair {

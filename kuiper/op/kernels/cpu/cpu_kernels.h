@@ -14,15 +14,16 @@ namespace kuiper::cpu {
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 void rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
-void rope(Tensor& x, const Tensor& positions, double theta);
-void mrope(Tensor& x, const Tensor& positions, double theta,
+void rope(Tensor& x, const Tensor& positions, const op::RopeParams& rope);
+void mrope(Tensor& x, const Tensor& positions, const op::RopeParams& rope,
            const std::vector<int64_t>& sections);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 void qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
-                        const Tensor* k_norm, double eps, const Tensor& positions, double theta,
-                        Tensor& k_cache, Tensor& v_cache, const Tensor& rope_positions);
+                        const Tensor* k_norm, double eps, const Tensor& positions,
+                        const op::RopeParams& rope, Tensor& k_cache, Tensor& v_cache,
+                        const Tensor& rope_positions);
 void argmax(const Tensor& logits, Tensor& out);
 void fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,

@@ -6,12 +6,13 @@
 namespace kuiper::cpu {
 
 void qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
-                        const Tensor* k_norm, double eps, const Tensor& positions, double theta,
-                        Tensor& k_cache, Tensor& v_cache, const Tensor& rope_positions) {
+                        const Tensor* k_norm, double eps, const Tensor& positions,
+                        const op::RopeParams& rope, Tensor& k_cache, Tensor& v_cache,
+                        const Tensor& rope_positions) {
   if (q_norm != nullptr) rmsnorm(q, *q_norm, eps, q);
   if (k_norm != nullptr) rmsnorm(k, *k_norm, eps, k);
-  rope(q, rope_positions, theta);
-  rope(k, rope_positions, theta);
+  cpu::rope(q, rope_positions, rope);
+  cpu::rope(k, rope_positions, rope);
   // k [T, Hkv, d] as the [T, Hkv * d] rows of the cache.
   const Tensor k_rows = Tensor::view(k.raw(), {k.dim(0), v.dim(1)}, k.dtype(), k.device());
   kv_write(k_rows, k_cache, positions);

@@ -12,7 +12,7 @@ void rope_2d(Tensor& x, const Tensor& positions, double theta) {
   std::vector<float> inv_freq(static_cast<size_t>(quarter));
   rope_inv_freqs(theta, d / 2, quarter, inv_freq.data());
   const int32_t* pos = positions.data<int32_t>();
-  rotate_heads(x, [&](int64_t t, int64_t i) {
+  rotate_heads(x, 1.0f, [&](int64_t t, int64_t i) {
     const float row = static_cast<float>(pos[2 * t]);
     const float col = static_cast<float>(pos[2 * t + 1]);
     return i < quarter ? row * inv_freq[i] : col * inv_freq[i - quarter];

@@ -17,10 +17,10 @@ Result<bool> linear(const Tensor& x, const Tensor& w, const op::LinearOptions& o
                     Tensor& out);
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          const op::RopeParams& rope, Tensor& k_cache, Tensor& v_cache,
                           const Tensor& rope_positions);
-Status rope(Tensor& x, const Tensor& positions, double theta);
-Status mrope(Tensor& x, const Tensor& positions, double theta,
+Status rope(Tensor& x, const Tensor& positions, const op::RopeParams& rope);
+Status mrope(Tensor& x, const Tensor& positions, const op::RopeParams& rope,
              const std::vector<int64_t>& sections);
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 Status add(const Tensor& a, const Tensor& b, Tensor& out);

@@ -11,7 +11,7 @@ namespace kuiper::cuda {
 namespace {
 
 struct MropeTable {
-  InvFreq inv_freq;
+  RopeTable rope;
   uint8_t axis[kMaxRopeHalfDim];
 };
 
@@ -20,20 +20,22 @@ template <typename TX>
 __global__ void mrope_kernel(TX* x, const int32_t* __restrict__ positions, MropeTable table,
                              int64_t tokens, int heads, int half) {
   const int64_t t = blockIdx.x / heads;
-  rotate_half_row(x + static_cast<int64_t>(blockIdx.x) * 2 * half, half, [&](int i) {
-    return static_cast<float>(positions[table.axis[i] * tokens + t]) * table.inv_freq.v[i];
-  });
+  rotate_half_row(x + static_cast<int64_t>(blockIdx.x) * 2 * half, half,
+                  table.rope.attention_factor, [&](int i) {
+                    return static_cast<float>(positions[table.axis[i] * tokens + t]) *
+                           table.rope.inv_freq[i];
+                  });
 }
 
 }  // namespace
 
-Status mrope(Tensor& x, const Tensor& positions, double theta,
+Status mrope(Tensor& x, const Tensor& positions, const op::RopeParams& rope,
              const std::vector<int64_t>& sections) {
   const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
   KUIPER_RETURN_IF_ERROR(check_rope_dim("mrope", d));
   if (T == 0) return Status::Ok();
   MropeTable table{};
-  table.inv_freq = make_inv_freq(theta, d, half);
+  table.rope = make_rope_table(rope, d, half);
   const std::vector<uint8_t> axes = op::mrope_axes(half, sections);
   for (int64_t i = 0; i < half; ++i) table.axis[i] = axes[static_cast<size_t>(i)];
   return visit_activation(x.dtype(), [&](auto tag) {

@@ -33,7 +33,7 @@ struct PrepArgs {
 template <typename TX>
 __global__ void __launch_bounds__(kPrepWarps * 32)
     qk_norm_rope_cache_kernel(TX* q, TX* k, const TX* __restrict__ v, TX* k_cache, TX* v_cache,
-                              const PrepArgs a, const InvFreq inv_freq) {
+                              const PrepArgs a, const RopeTable table) {
   grid_dependency_wait();  // q, k and v come from the GEMV before
   grid_launch_dependents();  // a PDL-launched attention kernel may start (and wait) now
   const int lane = threadIdx.x % 32;
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
       e1 = to_float(from_float<TX>(load_as_float(norm, norm_dtype, i + a.half) * (e1 * inv)));
     }
     float s, c;
-    sincosf(p * inv_freq.v[i], &s, &c);
+    scaled_sincos(p * table.inv_freq[i], table.attention_factor, &s, &c);
     const RotatedPair r = rotate_half(e0, e1, c, s);
     const TX r0 = from_float<TX>(r.first);
     const TX r1 = from_float<TX>(r.second);
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
 
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
-                          double theta, Tensor& k_cache, Tensor& v_cache,
+                          const op::RopeParams& rope, Tensor& k_cache, Tensor& v_cache,
                           const Tensor& rope_positions) {
   const int64_t T = q.dim(0), d = q.dim(2);
   KUIPER_RETURN_IF_ERROR(check_rope_dim("qk_norm_rope_cache", d));
@@ -110,13 +110,13 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
   a.Hkv = static_cast<int>(k.dim(1));
   a.half = static_cast<int>(d / 2);
   a.cache_rows = k_cache.dim(0);
-  const InvFreq inv_freq = make_inv_freq(theta, d, d / 2);
+  const RopeTable table = make_rope_table(rope, d, d / 2);
   const dim3 grid(static_cast<unsigned>(T), blocks_for(a.Hq + 2 * a.Hkv, kPrepWarps));
   return visit_activation(q.dtype(), [&](auto tag) {
     using TX = typename decltype(tag)::type;
     return launch_pdl(qk_norm_rope_cache_kernel<TX>, grid, dim3(kPrepWarps * 32), 0,
                       "qk_norm_rope_cache kernel launch", q.data<TX>(), k.data<TX>(),
-                      v.data<TX>(), k_cache.data<TX>(), v_cache.data<TX>(), a, inv_freq);
+                      v.data<TX>(), k_cache.data<TX>(), v_cache.data<TX>(), a, table);
   });
 }
 

@@ -11,19 +11,19 @@ namespace {
 // One block per (token, head), one thread per rotated pair: at decode (one token) the heads
 // still spread over as many SMs.
 template <typename TX>
-__global__ void rope_kernel(TX* x, const int32_t* __restrict__ positions, InvFreq inv_freq,
+__global__ void rope_kernel(TX* x, const int32_t* __restrict__ positions, RopeTable table,
                             int heads, int half) {
   const float pos = static_cast<float>(positions[blockIdx.x / heads]);
-  rotate_half_row(x + static_cast<int64_t>(blockIdx.x) * 2 * half, half,
-                  [&](int i) { return pos * inv_freq.v[i]; });
+  rotate_half_row(x + static_cast<int64_t>(blockIdx.x) * 2 * half, half, table.attention_factor,
+                  [&](int i) { return pos * table.inv_freq[i]; });
 }
 
 }  // namespace
 
-Status rope(Tensor& x, const Tensor& positions, double theta) {
+Status rope(Tensor& x, const Tensor& positions, const op::RopeParams& rope) {
   const int64_t d = x.dim(2);
   KUIPER_RETURN_IF_ERROR(check_rope_dim("rope", d));
-  return launch_head_rows("rope kernel", x, positions, make_inv_freq(theta, d, d / 2),
+  return launch_head_rows("rope kernel", x, positions, make_rope_table(rope, d, d / 2),
                           [](auto tag) { return rope_kernel<typename decltype(tag)::type>; });
 }
 
