@@ -175,16 +175,23 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
                          " model: it takes no images");
   }
   const ImageInput* vision = image_input ? &*image_input : nullptr;
+  // One KV block of --max-context tokens per sequence running at once.
+  if (!options.prompts_file.empty()) options.model.max_sequences = options.max_batch;
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                           Model::load(options.model_path, options.model));
+  if (!options.prompts_file.empty()) {
+    EngineOptions engine_options;
+    engine_options.max_batch = options.max_batch;
+    KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                            Engine::create(*model, tokenizer, engine_options));
+    *exit_code = run_batch(*engine, chat_template, chat, options, vision, program);
+    return Status::Ok();
+  }
   Generator generator(*model, tokenizer);
-
   if (options.interactive) {
     ChatSession session(generator, chat_template, chat);
     session.set_system(options.system);
     *exit_code = run_repl(session, options, vision, std::move(images), program);
-  } else if (!options.prompts_file.empty()) {
-    *exit_code = run_batch(generator, chat_template, chat, options, vision, program);
   } else {
     KUIPER_RETURN_IF_ERROR(run_single(generator, chat_template, chat, options, images,
                                       output.is_open() ? &output : nullptr, program));

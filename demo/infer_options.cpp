@@ -41,6 +41,11 @@ DEFINE_string(dtype, "", "activation dtype: fp32 or fp16 (default: fp32 on cpu, 
 DEFINE_bool(cuda_graph, false, "decode through a captured CUDA graph (--device cuda)");
 DEFINE_bool(stats, false, "print prompt, prefill and decode statistics after each reply");
 
+// Batch mode's concurrency.
+DEFINE_int64(max_batch, 0,
+             "batch mode: prompts run at once (each holds a KV cache of --max-context tokens); "
+             "0: 64 on cuda, 8 on cpu");
+
 namespace kuiper::demo {
 
 namespace {
@@ -214,6 +219,16 @@ Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture fam
   }
   o.model.max_context = FLAGS_max_context;
   o.max_context_given = !gflags::GetCommandLineFlagInfoOrDie("max_context").is_default;
+
+  if (FLAGS_max_batch < 0) {
+    return bad_flag("max-batch", std::to_string(FLAGS_max_batch),
+                    "a number of prompts >= 1, or 0 for the default");
+  }
+  if (FLAGS_max_batch > 0 && o.prompts_file.empty()) {
+    return Status::Error("--max-batch goes with --prompts-file");
+  }
+  o.max_batch = FLAGS_max_batch > 0 ? FLAGS_max_batch
+                                    : (o.model.device == DeviceType::kCuda ? 64 : 8);
 
   if (FLAGS_max_tokens == 0 || FLAGS_max_tokens < -1) {
     return bad_flag("max-tokens", std::to_string(FLAGS_max_tokens), "an integer > 0, or -1 for no limit");

@@ -25,6 +25,7 @@ struct InferOptions {
   std::string system;
   std::string prompts_file;
   std::string output_path;
+  int64_t max_batch = 8;  // batch mode: prompts running at once
   bool interactive = false;
   bool stream = false;
   bool stats = false;

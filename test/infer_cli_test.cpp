@@ -275,6 +275,49 @@ TEST_F(InferCli, BadBatchLinesAreReportedAndTheOthersStillRun) {
   EXPECT_TRUE(records[5].contains("output_ids"));
 }
 
+// Lines run concurrently (--max-batch): the records come out in the file's order, each equal
+// to what the line gives when the lines run one at a time, the bad lines are those lines' errors,
+// and the progress shows a rate and an ETA.
+TEST_F(InferCli, ConcurrentBatchGivesInOrderWhatOneAtATimeGives) {
+  std::string lines;
+  const char *prompts[] = {"Hello! Who are you?", "What is 2+2?", "Tell me a story.",
+                           "Hi", "Name three colours.", "Why is the sky blue?", "Go on"};
+  for (int i = 0; i < 7; ++i) {
+    lines += json{{"prompt", prompts[i]}, {"max_tokens", 3 + 2 * i}}.dump() + "\n";
+    if (i == 1) lines += R"({"prompt": "bad", "top_k": -1})" "\n";
+    if (i == 4) lines += "{not json\n";
+  }
+  lines += R"({"prompt": "sampled", "temperature": 1.0, "seed": 9, "max_tokens": 6})" "\n";
+  write("prompts.jsonl", lines);
+  std::vector<std::vector<json>> runs;
+  for (const char *batch : {"1", "4"}) {
+    SCOPED_TRACE(std::string("--max-batch ") + batch);
+    const std::string out = path(std::string("out") + batch + ".jsonl");
+    CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-batch",
+                         batch, "--output", out});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("prompts.jsonl:3: top_k"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("prompts.jsonl:7: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("[10/10]"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("tok/s, ETA "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("8 of 10 prompts done, 2 failed"), std::string::npos) << r.err;
+    runs.push_back(read_jsonl(out));
+  }
+  ASSERT_EQ(runs[0].size(), 10u);
+  ASSERT_EQ(runs[1].size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    SCOPED_TRACE("record " + std::to_string(i));
+    const bool bad = i == 2 || i == 6;
+    EXPECT_EQ(runs[1][i].contains("error"), bad) << runs[1][i];
+    EXPECT_EQ(runs[1][i]["id"], runs[0][i]["id"]);
+    if (bad) continue;
+    EXPECT_EQ(runs[1][i]["output_ids"], runs[0][i]["output_ids"]);
+    EXPECT_EQ(runs[1][i]["finish_reason"], runs[0][i]["finish_reason"]);
+  }
+  EXPECT_EQ(runs[1][0]["prompt"], prompts[0]);
+  EXPECT_EQ(runs[1][9]["prompt"], "sampled");
+}
+
 TEST_F(InferCli, InvalidUtf8InATextBatchFailsOnlyThatLine) {
   write("prompts.txt", "one\ntwo \xFF\xFE\nthree\n");
   CliResult r =
@@ -366,6 +409,12 @@ TEST_F(InferCli, MissingOrWrongModelIsRefused) {
   expect_refusal(run("qwen3_infer", {"--model", fixture_model("qwen2-tiny"),
                                      "--prompt", "x", "--device", "cpu"}),
                  {"qwen2 model"});
+}
+
+TEST_F(InferCli, MaxBatchGoesWithAPromptsFile) {
+  expect_refusal(qwen3({"--prompt", "x", "--max-batch", "2"}), {"--max-batch", "--prompts-file"});
+  write("p.txt", "x\n");
+  expect_refusal(qwen3({"--prompts-file", path("p.txt"), "--max-batch", "-1"}), {"--max-batch -1"});
 }
 
 TEST_F(InferCli, BadPromptsAreRefused) {

@@ -220,7 +220,8 @@ TEST_F(VlCli, JsonlBatchLinesTakeImages) {
   lines += json{{"prompt", kImagePrompt}}.dump() + "\n";
   lines += json{{"prompt", kImagePrompt}, {"images", "a.png"}}.dump() + "\n";
   write("p.jsonl", lines);
-  CliResult r = vl({"--prompts-file", path("p.jsonl"), "--max-tokens",
+  // One line at a time, so each finds the cache the lines before it left.
+  CliResult r = vl({"--prompts-file", path("p.jsonl"), "--max-batch", "1", "--max-tokens",
                     std::to_string(img_greedy().size()), "--output", path("out.jsonl")});
   EXPECT_EQ(r.exit_code, 1) << r.err;  // lines 2 and 7 fail
   EXPECT_NE(r.err.find("p.jsonl:2: "), std::string::npos) << r.err;
@@ -235,8 +236,8 @@ TEST_F(VlCli, JsonlBatchLinesTakeImages) {
   EXPECT_TRUE(records[6].contains("error"));
   // The golden image prompt three ways, each giving the golden ids. The cache is reused
   // through an image only when it holds the same pixels: line 3 follows line 1 and runs only
-  // the last token; line 4's other image and then line 5 run from <|vision_start|> on.
-  const size_t from_image = img_ids().size() - 3;
+  // the last token; line 4's other image and then line 5 run from the image's first pad on.
+  const size_t from_image = img_ids().size() - 4;
   const std::vector<std::pair<size_t, size_t>> prefilled = {
       {0, img_ids().size()}, {2, 1}, {3, from_image}, {4, from_image}};
   for (const auto& [i, n] : prefilled) {
@@ -263,15 +264,16 @@ TEST_F(VlCli, ReuseBetweenTwoImagesGivesTheFreshResult) {
     lines += json{{"prompt", kImagePrompt}, {"images", images}}.dump() + "\n";
   }
   write("p.jsonl", lines);
-  CliResult r = vl({"--prompts-file", path("p.jsonl"), "--max-tokens", "8", "--output",
-                    path("out.jsonl")});
+  CliResult r = vl({"--prompts-file", path("p.jsonl"), "--max-batch", "1", "--max-tokens", "8",
+                    "--output", path("out.jsonl")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<json> records = parse_jsonl(test::read_text(path("out.jsonl")));
   ASSERT_EQ(records.size(), 3u);
   const size_t prompt = img_ids().size() + kImageTokens;
   EXPECT_EQ(records[0]["stats"]["prefilled_tokens"].get<size_t>(), prompt);
-  // From the second image's <|vision_start|> on: after <|im_start|> user \n and the first image.
-  const size_t second = prompt - 3 - kImageTokens;
+  // From the second image's first pad on: after <|im_start|> user \n, the first image and the
+  // second's <|vision_start|>.
+  const size_t second = prompt - 4 - kImageTokens;
   EXPECT_EQ(records[1]["stats"]["prefilled_tokens"].get<size_t>(), second);
   EXPECT_EQ(records[2]["stats"]["prefilled_tokens"].get<size_t>(), second);
   EXPECT_EQ(records[2]["output_ids"], records[0]["output_ids"]);

@@ -54,8 +54,9 @@ class Model {
   const ModelOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }
 
-  int64_t kv_block_size() const { return max_context_; }
-  int64_t kv_blocks() const { return options_.max_sequences; }
+  // The KV pool: kv_blocks() blocks of kv_block_size() token rows (see batch.h).
+  int64_t kv_block_size() const { return kv_block_size_; }
+  int64_t kv_blocks() const { return kv_blocks_; }
 
   // Runs a batch of sequences (see batch.h for what an entry means and what the caller
   // guarantees). Every entry is checked before anything runs: token ids in the vocabulary,
@@ -79,7 +80,9 @@ class Model {
       : config_(std::move(config)),
         file_(std::move(file)),
         options_(options),
-        max_context_(max_context) {}
+        max_context_(max_context),
+        kv_block_size_(max_context),
+        kv_blocks_(options.max_sequences) {}
 
   // forward() after the batch passed check_batch().
   virtual Result<Tensor> run_batch(Span<const SequenceInput> batch) = 0;
@@ -89,6 +92,9 @@ class Model {
   std::shared_ptr<ModelFile> file_;
   ModelOptions options_;
   int64_t max_context_;
+  // One block of max_context rows per sequence unless a subclass pages its pool.
+  int64_t kv_block_size_;
+  int64_t kv_blocks_;
 };
 
 }  // namespace kuiper

@@ -1,55 +1,23 @@
-// The generation loop: prefill the prompt, then sample and decode one token at a time until an
-// end token, a stop string, the token limit, the end of the context or an interrupt.
+// One generation at a time: an Engine serving a single request, for the one-shot programs and
+// the REPL.
 //
-// The model's KV cache outlives a request: the generator remembers which tokens it holds, and a
-// new prompt that starts with the same tokens (the next turn of a chat, a batch sharing a system
-// prompt) prefills only what follows the common prefix.
+// The KV cache outlives a request: a new prompt that starts with the same tokens as an earlier
+// request's (the next turn of a chat, a shared system prompt) runs only what follows the part
+// the cache still holds.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
-#include <string>
-#include <unordered_set>
+#include <memory>
 #include <vector>
 
 #include "kuiper/model/model.h"
-#include "kuiper/runtime/sampler.h"
-#include "kuiper/runtime/stats.h"
-#include "kuiper/runtime/vision_input.h"
+#include "kuiper/runtime/engine.h"
+#include "kuiper/runtime/generation.h"
 #include "kuiper/tokenizer/tokenizer.h"
 #include "kuiper/vision/preprocess.h"
 
 namespace kuiper {
-
-struct GenerationOptions {
-  SamplingParams sampling;
-  int64_t max_tokens = -1;  // -1: until an end token or the end of the context
-  std::vector<std::string> stop;
-  // Keep going past the model's end tokens (benchmarks, comparisons with fixed-length goldens).
-  bool ignore_eos = false;
-};
-
-enum class FinishReason {
-  kEndToken,     // the model produced one of its end tokens
-  kStopString,   // a user stop string appeared in the text
-  kMaxTokens,    // max_tokens were generated
-  kContextFull,  // the KV cache has no room for another token
-  kInterrupted,  // the interrupt flag was raised
-};
-// "eos", "stop", "length", "context", "interrupted".
-const char* finish_reason_name(FinishReason reason);
-
-struct Generation {
-  std::vector<int32_t> ids;  // generated tokens, an end token excluded
-  std::string text;          // their text, cut before a stop string
-  FinishReason finish = FinishReason::kEndToken;
-  GenerationStats stats;
-};
-
-// Receives the text of the generation as it becomes final (valid UTF-8, stop strings held
-// back until they are ruled out).
-using TextCallback = std::function<void(const std::string& text)>;
 
 class Generator {
  public:
@@ -72,29 +40,17 @@ class Generator {
                                           const TextCallback& on_text = nullptr,
                                           const std::atomic<bool>* interrupt = nullptr);
 
-  const Tokenizer& tokenizer() const { return tokenizer_; }
-  const Model& model() const { return model_; }
-  int64_t max_context() const { return model_.max_context(); }
-  bool is_end_token(int32_t id) const { return end_tokens_.count(id) != 0; }
-  // The tokens whose keys and values are in the cache, position 0 first.
+  const Tokenizer& tokenizer() const { return engine_->tokenizer(); }
+  const Model& model() const { return engine_->model(); }
+  int64_t max_context() const { return engine_->max_context(); }
+  bool is_end_token(int32_t id) const { return engine_->is_end_token(id); }
+  // The tokens of the last request (prompt, then generated) whose keys and values the cache
+  // kept, position 0 first.
   const std::vector<int32_t>& cached_tokens() const { return cached_; }
 
  private:
-  // Runs `ids` at the end of the cache (KV block 0) and returns the last position's logits, on
-  // the model's device: the sampler runs there, so a GPU step copies back only the chosen token.
-  // With images (their pads in `ids`) the vision tower runs first and the span takes 3-D
-  // positions.
-  Result<Tensor> forward(const std::vector<int32_t>& ids,
-                         const std::vector<ProcessedImage>& images = {});
-
-  Model& model_;
-  Tokenizer tokenizer_;
-  std::unordered_set<int32_t> end_tokens_;
+  std::unique_ptr<Engine> engine_;
   std::vector<int32_t> cached_;
-  // Fingerprints of the images whose pad runs are in cached_, in order.
-  std::vector<uint64_t> cached_images_;
-  // The rotary shift the images in cached_ leave for the text after them (M-RoPE models).
-  RopeDeltas rope_deltas_;
 };
 
 }  // namespace kuiper

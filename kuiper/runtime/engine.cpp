@@ -1,0 +1,315 @@
+#include "kuiper/runtime/engine.h"
+
+#include <algorithm>
+
+#include "kuiper/runtime/cache_keys.h"
+#include "kuiper/runtime/vision_input.h"
+
+namespace kuiper {
+
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+using PadRuns = std::vector<std::pair<size_t, size_t>>;
+
+// Image-pad tokens of `runs` before position `position`.
+int64_t pads_before(const PadRuns& runs, int64_t position) {
+  int64_t pads = 0;
+  for (const auto& [begin, end] : runs) {
+    pads += std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(end), position) -
+                                     static_cast<int64_t>(begin));
+  }
+  return pads;
+}
+
+}  // namespace
+
+struct Engine::Request {
+  Request(Sampler sampler, TextStream text) : sampler(std::move(sampler)), text(std::move(text)) {}
+
+  Sequence sequence;
+  int64_t prompt_tokens = 0;
+  GenerationOptions options;
+  Sampler sampler;
+  TextStream text;
+  Generation out;
+  // Images (vision-language models): their pixels, the prompt's pad runs, the prompt's M-RoPE
+  // positions, and the images' features while a prefill still needs them.
+  std::vector<ProcessedImage> images;
+  PadRuns pad_runs;
+  RopeIndex rope;
+  std::optional<ImageFeatures> features;
+  int64_t features_row = 0;  // the pad (counted over the prompt) of the features' first row
+  Clock::time_point added, scheduled, first_token;
+  bool was_scheduled = false;
+  bool sampled = false;
+  bool cancelled = false;
+};
+
+// One span of a step with its model input (and the 3-D positions that input points at).
+struct Engine::Entry {
+  Request* request = nullptr;
+  ScheduledSpan span;
+  SequenceInput input;
+  std::vector<int32_t> rope_positions;
+};
+
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, Tokenizer tokenizer,
+                                               const EngineOptions& options) {
+  if (options.max_batch < 1) {
+    return Status::Error("max_batch must be at least 1, not " + std::to_string(options.max_batch));
+  }
+  if (options.max_batch_tokens < 1) {
+    return Status::Error("max_batch_tokens must be at least 1, not " +
+                         std::to_string(options.max_batch_tokens));
+  }
+  if (model.kv_blocks() < 1 || model.kv_block_size() < 1) {
+    return Status::Error("the model has no KV cache blocks");
+  }
+  return std::unique_ptr<Engine>(new Engine(model, std::move(tokenizer), options));
+}
+
+Engine::Engine(Model& model, Tokenizer tokenizer, const EngineOptions& options)
+    : model_(model),
+      tokenizer_(std::move(tokenizer)),
+      max_context_(std::min(model.max_context(), model.kv_blocks() * model.kv_block_size())),
+      pool_(model.kv_block_size(), model.kv_blocks()),
+      scheduler_(pool_, SchedulerOptions{options.max_batch, options.max_batch_tokens}) {
+  for (int64_t id : model_.config().eos_token_ids) end_tokens_.insert(static_cast<int32_t>(id));
+  for (const char* name : {"<|im_end|>", "<|endoftext|>"}) {
+    if (std::optional<int32_t> id = tokenizer_.token_id(name)) end_tokens_.insert(*id);
+  }
+}
+
+Engine::~Engine() = default;
+
+Result<int64_t> Engine::add_request(std::vector<int32_t> prompt,
+                                    std::vector<ProcessedImage> images,
+                                    const GenerationOptions& options, TextCallback on_text) {
+  if (prompt.empty()) return Status::Error("the prompt is empty");
+  const ModelConfig& config = model_.config();
+  const bool vision = config.vision.has_value();
+  if (!vision && !images.empty()) {
+    return Status::Error(std::string("a ") + architecture_name(config.arch) +
+                         " model takes no images");
+  }
+  const int32_t image_pad = vision ? static_cast<int32_t>(config.image_token_id) : -1;
+  if (vision) {
+    KUIPER_RETURN_IF_ERROR(check_image_pads(prompt, image_pad, image_tokens(config, images)));
+  }
+  if (static_cast<int64_t>(prompt.size()) > max_context_) {
+    return Status::Error("the prompt is " + std::to_string(prompt.size()) +
+                         " tokens, longer than the context of " + std::to_string(max_context_) +
+                         " tokens");
+  }
+  if (options.max_tokens == 0 || options.max_tokens < -1) {
+    return Status::Error("max_tokens must be > 0 or -1 (no limit), not " +
+                         std::to_string(options.max_tokens));
+  }
+  KUIPER_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(options.sampling));
+  auto request = std::make_unique<Request>(
+      std::move(sampler), TextStream(tokenizer_, options.stop, std::move(on_text)));
+  Request& r = *request;
+  r.added = Clock::now();
+  r.options = options;
+  r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  std::vector<uint64_t> fingerprints;
+  if (!images.empty()) {
+    std::vector<std::array<int64_t, 3>> grids;
+    for (const ProcessedImage& image : images) {
+      fingerprints.push_back(image_fingerprint(image));
+      grids.push_back(image.grid);
+    }
+    KUIPER_ASSIGN_OR_RETURN(r.rope, qwen3_vl_rope_index(prompt, image_pad,
+                                                        config.vision->spatial_merge_size, grids));
+    r.pad_runs = image_pad_runs(prompt, image_pad);
+    r.images = std::move(images);
+  }
+  r.sequence.id = next_id_++;
+  r.sequence.keys = token_keys(prompt, image_pad, fingerprints);
+  r.sequence.tokens = std::move(prompt);
+  r.out.stats.prompt_tokens = r.prompt_tokens;
+  scheduler_.add(&r.sequence);
+  const int64_t id = r.sequence.id;
+  requests_.emplace(id, std::move(request));
+  return id;
+}
+
+void Engine::cancel(int64_t id) {
+  const auto it = requests_.find(id);
+  if (it != requests_.end()) it->second->cancelled = true;
+}
+
+Status Engine::prepare(Request& r, const ScheduledSpan& span, Entry* entry) {
+  const Sequence& s = r.sequence;
+  SequenceInput& in = entry->input;
+  in.tokens = Span<const int32_t>(s.tokens.data() + span.start, static_cast<size_t>(span.count));
+  in.start = span.start;
+  in.blocks = s.blocks.blocks();
+  in.logits = span.samples() ? LogitRows::kLast : LogitRows::kNone;
+  if (r.images.empty()) return Status::Ok();
+  // M-RoPE: prompt tokens at their 3-D positions, later ones at position + the prompt's delta.
+  const int64_t P = r.prompt_tokens, end = span.start + span.count;
+  const int64_t pads = pads_before(r.pad_runs, end) - pads_before(r.pad_runs, span.start);
+  if (pads == 0) {
+    // Text only: every token of the span has the same delta (it changes only after an image).
+    in.rope_offset = span.start < P ? r.rope.positions[static_cast<size_t>(span.start)] - span.start
+                                    : r.rope.delta;
+    return Status::Ok();
+  }
+  const int64_t row = pads_before(r.pad_runs, span.start);
+  if (!r.features || row < r.features_row) {
+    // The images from the first one the cache does not hold whole (the prefix cache may hold
+    // the others; after a preemption it may hold fewer than when they were encoded).
+    size_t first = 0;
+    while (static_cast<int64_t>(r.pad_runs[first].second) <= span.start) ++first;
+    const std::vector<ProcessedImage> fresh(r.images.begin() + static_cast<std::ptrdiff_t>(first),
+                                            r.images.end());
+    KUIPER_ASSIGN_OR_RETURN(ImagePixels pixels, image_pixels(fresh));
+    KUIPER_ASSIGN_OR_RETURN(ImageFeatures features, model_.encode_images(pixels));
+    r.features = std::move(features);
+    r.features_row = pads_before(r.pad_runs, static_cast<int64_t>(r.pad_runs[first].first));
+  }
+  std::vector<int32_t>& rope = entry->rope_positions;
+  rope.resize(static_cast<size_t>(3 * span.count));
+  for (int64_t a = 0; a < 3; ++a) {
+    for (int64_t t = 0; t < span.count; ++t) {
+      const int64_t i = span.start + t;
+      rope[static_cast<size_t>(a * span.count + t)] =
+          i < P ? r.rope.positions[static_cast<size_t>(a * P + i)]
+                : static_cast<int32_t>(i + r.rope.delta);
+    }
+  }
+  in.rope_positions = rope;
+  in.image = &*r.features;
+  in.image_row = row - r.features_row;
+  return Status::Ok();
+}
+
+Result<std::vector<FinishedRequest>> Engine::step() {
+  std::vector<FinishedRequest> finished;
+  std::vector<Request*> cancelled;
+  for (const auto& [id, request] : requests_) {
+    if (request->cancelled) cancelled.push_back(request.get());
+  }
+  for (Request* r : cancelled) finish(*r, FinishReason::kInterrupted, &finished);
+
+  const std::vector<ScheduledSpan> spans = scheduler_.schedule();
+  if (spans.empty()) {
+    if (scheduler_.idle()) return finished;
+    return Status::Error("engine: " + std::to_string(scheduler_.waiting()) +
+                         " requests wait but none fits in the KV pool of " +
+                         std::to_string(pool_.blocks()) + " blocks");
+  }
+  const Clock::time_point now = Clock::now();
+  std::vector<Entry> entries(spans.size());
+  std::vector<Entry*> ready;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    Request& r = *requests_.at(spans[i].sequence->id);
+    if (!r.was_scheduled) {
+      r.was_scheduled = true;
+      r.scheduled = now;
+      r.out.stats.prefilled_tokens = r.prompt_tokens - spans[i].start;
+    }
+    entries[i].request = &r;
+    entries[i].span = spans[i];
+    const Status prepared = prepare(r, spans[i], &entries[i]);
+    if (!prepared.ok()) {
+      fail(r, prepared, &finished);
+      continue;
+    }
+    ready.push_back(&entries[i]);
+  }
+  if (ready.empty()) return finished;
+  const Status status = run(ready, &finished);
+  if (!status.ok()) {
+    if (ready.size() == 1) {
+      fail(*ready[0]->request, status, &finished);
+    } else {
+      // A failed forward wrote nothing that any request counts on: run each span alone to find
+      // whose it was (check_batch names an entry, but not every error can).
+      for (Entry* e : ready) {
+        const std::vector<Entry*> one = {e};
+        const Status alone = run(one, &finished);
+        if (!alone.ok()) fail(*e->request, alone, &finished);
+      }
+    }
+  }
+  return finished;
+}
+
+Status Engine::run(const std::vector<Entry*>& entries,
+                   std::vector<FinishedRequest>* finished) {
+  std::vector<SequenceInput> batch;
+  batch.reserve(entries.size());
+  for (const Entry* e : entries) batch.push_back(e->input);
+  KUIPER_ASSIGN_OR_RETURN(const Tensor logits, model_.forward(batch));
+  int64_t row = 0;
+  for (Entry* e : entries) {
+    Request& r = *e->request;
+    scheduler_.completed(e->span);
+    if (r.features && r.sequence.computed >= static_cast<int64_t>(r.pad_runs.back().second)) {
+      r.features.reset();  // the prefill is past the last image
+    }
+    if (e->input.logits != LogitRows::kLast) continue;
+    Result<int32_t> id = r.sampler.sample(logits.rows(row++, 1), r.sequence.tokens);
+    if (!id.ok()) {
+      fail(r, id.status(), finished);
+      continue;
+    }
+    advance(r, *id, finished);
+  }
+  return Status::Ok();
+}
+
+void Engine::advance(Request& r, int32_t id, std::vector<FinishedRequest>* finished) {
+  GenerationStats& stats = r.out.stats;
+  const Clock::time_point now = Clock::now();
+  if (!r.sampled) {
+    r.sampled = true;
+    r.first_token = now;
+    stats.first_token_seconds = seconds_between(r.added, now);
+    stats.prefill_seconds = seconds_between(r.scheduled, now);
+  } else {
+    ++stats.decode_steps;
+  }
+  if (!r.options.ignore_eos && is_end_token(id)) {
+    return finish(r, FinishReason::kEndToken, finished);
+  }
+  r.out.ids.push_back(id);
+  r.sequence.append(id);
+  if (r.text.feed(id)) return finish(r, FinishReason::kStopString, finished);
+  if (r.options.max_tokens > 0 && static_cast<int64_t>(r.out.ids.size()) >= r.options.max_tokens) {
+    return finish(r, FinishReason::kMaxTokens, finished);
+  }
+  // The new token would run at position size - 1.
+  if (r.sequence.size() - 1 >= max_context_) return finish(r, FinishReason::kContextFull, finished);
+}
+
+void Engine::finish(Request& r, FinishReason reason, std::vector<FinishedRequest>* finished) {
+  if (reason != FinishReason::kStopString && r.text.finish()) reason = FinishReason::kStopString;
+  Generation& out = r.out;
+  out.finish = reason;
+  out.text = r.text.text();
+  out.stats.generated_tokens = static_cast<int64_t>(out.ids.size());
+  if (out.stats.decode_steps > 0) {
+    out.stats.decode_seconds = seconds_between(r.first_token, Clock::now());
+  }
+  const int64_t id = r.sequence.id;
+  finished->push_back({id, std::move(out), r.sequence.computed});
+  scheduler_.remove(&r.sequence);
+  requests_.erase(id);
+}
+
+void Engine::fail(Request& r, const Status& error, std::vector<FinishedRequest>* finished) {
+  const int64_t id = r.sequence.id;
+  finished->push_back({id, error, r.sequence.computed});
+  scheduler_.remove(&r.sequence);
+  requests_.erase(id);
+}
+
+}  // namespace kuiper

@@ -1,0 +1,112 @@
+// The engine: many generation requests at once over one Model. Requests are queued as they
+// come; every step() the scheduler picks a batch (decode tokens of the running requests, prefill
+// chunks of the others, under a token budget), one Model::forward runs it over the requests' KV
+// blocks, and each request whose span reached its last token samples its next one with its own
+// sampler, so what a request generates does not depend on what else is in the batch. Text
+// streams to each request's callback; finished requests are reported by the step that finished
+// them and leave at once, their blocks going back to the pool (and its prefix cache).
+//
+// Qwen3-VL: a request's images are encoded by the vision tower when a chunk first reaches their
+// pad tokens, and its tokens rotate at their M-RoPE positions (qwen3_vl_rope_index over the
+// prompt; generated text after it at cache position + the prompt's delta).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kuiper/model/model.h"
+#include "kuiper/model/rope_index.h"
+#include "kuiper/runtime/block_pool.h"
+#include "kuiper/runtime/generation.h"
+#include "kuiper/runtime/scheduler.h"
+#include "kuiper/runtime/text_stream.h"
+#include "kuiper/tokenizer/tokenizer.h"
+#include "kuiper/vision/preprocess.h"
+
+namespace kuiper {
+
+struct EngineOptions {
+  int64_t max_batch = 8;            // requests running at once; at least 1
+  int64_t max_batch_tokens = 2048;  // tokens one step runs; at least 1
+};
+
+// A request that finished (or failed) in a step.
+struct FinishedRequest {
+  int64_t id = 0;
+  Result<Generation> generation = Status::Error("unset");
+  // How many of the request's tokens (the prompt, then the generated ids) the cache held when
+  // it finished: the request's keys and values the next one may reuse.
+  int64_t cached_tokens = 0;
+};
+
+class Engine {
+ public:
+  // `model` must outlive the engine; its KV pool (kv_blocks() of kv_block_size() tokens) is
+  // the engine's to hand out. End tokens: the config's eos ids, <|im_end|> and <|endoftext|>.
+  // Fails on options out of range.
+  static Result<std::unique_ptr<Engine>> create(Model& model, Tokenizer tokenizer,
+                                                const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request: `prompt` with, for a vision-language model, per image in order a run of
+  // merged_tokens <|image_pad|> ids (expand_image_pads) and its pixel values in `images`.
+  // Returns its id. Fails, queueing nothing, on an empty prompt, a prompt longer than the
+  // context (the message gives both lengths), images a model does not take or a pad count that
+  // does not match them, or invalid options.
+  Result<int64_t> add_request(std::vector<int32_t> prompt, std::vector<ProcessedImage> images,
+                              const GenerationOptions& options, TextCallback on_text = nullptr);
+  // Ends a request at the next step, reporting what it generated so far (kInterrupted).
+  // Unknown ids are ignored.
+  void cancel(int64_t id);
+
+  // Runs one step and returns the requests that finished in it. A request's own failure (an
+  // image the vision tower refuses, a model error in its span) finishes that request with the
+  // error; the others go on. An error here means the engine itself cannot go on.
+  Result<std::vector<FinishedRequest>> step();
+
+  // Requests added and not yet reported finished.
+  size_t unfinished() const { return requests_.size(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  Model& model() { return model_; }
+  const Model& model() const { return model_; }
+  // The most tokens one request may hold: the model's context, or the pool if smaller.
+  int64_t max_context() const { return max_context_; }
+  bool is_end_token(int32_t id) const { return end_tokens_.count(id) != 0; }
+  const SchedulerStats& stats() const { return scheduler_.stats(); }
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Request;
+  struct Entry;
+
+  Engine(Model& model, Tokenizer tokenizer, const EngineOptions& options);
+
+  // The model input of `span` in entry->input (images encoded on first need).
+  Status prepare(Request& request, const ScheduledSpan& span, Entry* entry);
+  // Runs `entries` in one forward, then samples and advances every request whose span sampled.
+  Status run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished);
+  // The request sampled `id`.
+  void advance(Request& request, int32_t id, std::vector<FinishedRequest>* finished);
+  // Reports the request (finished for `reason`, or failed with `error`) and drops it.
+  void finish(Request& request, FinishReason reason, std::vector<FinishedRequest>* finished);
+  void fail(Request& request, const Status& error, std::vector<FinishedRequest>* finished);
+
+  Model& model_;
+  Tokenizer tokenizer_;
+  std::unordered_set<int32_t> end_tokens_;
+  int64_t max_context_;
+  BlockPool pool_;
+  Scheduler scheduler_;
+  std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
+  int64_t next_id_ = 1;
+};
+
+}  // namespace kuiper
