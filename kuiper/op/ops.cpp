@@ -27,6 +27,12 @@ Status check_activation(const char* op, const Tensor& t) {
   return fail(op, "unsupported activation " + t.describe());
 }
 
+// Two activation dtypes one op may mix: equal, or one of them fp32 (the fp32 residual stream
+// beside 16-bit activations); never fp16 with bf16.
+bool mixable(DataType a, DataType b) {
+  return a == b || a == DataType::kFp32 || b == DataType::kFp32;
+}
+
 Status same_device(const char* op, std::initializer_list<const Tensor*> ts) {
   const Tensor* first = *ts.begin();
   for (const Tensor* t : ts) {
@@ -106,7 +112,10 @@ Status embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
 
 Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("rmsnorm", x));
-  KUIPER_RETURN_IF_ERROR(same_shape_and_type("rmsnorm", x, out));
+  KUIPER_RETURN_IF_ERROR(check_activation("rmsnorm", out));
+  if (x.shape() != out.shape() || !mixable(x.dtype(), out.dtype())) {
+    return fail("rmsnorm", "cannot normalise " + x.describe() + " into " + out.describe());
+  }
   KUIPER_RETURN_IF_ERROR(same_device("rmsnorm", {&x, &weight, &out}));
   if (weight.ndim() != 1 || !is_float(weight.dtype()) || x.dim(-1) % weight.numel() != 0) {
     return fail("rmsnorm", "weight " + weight.describe() + " does not fit " + x.describe());
@@ -171,7 +180,10 @@ Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
 
 Status add(const Tensor& a, const Tensor& b, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("add", a));
-  KUIPER_RETURN_IF_ERROR(same_shape_and_type("add", a, b));
+  KUIPER_RETURN_IF_ERROR(check_activation("add", b));
+  if (a.shape() != b.shape() || (b.dtype() != a.dtype() && a.dtype() != DataType::kFp32)) {
+    return fail("add", "cannot add " + b.describe() + " to " + a.describe());
+  }
   KUIPER_RETURN_IF_ERROR(same_shape_and_type("add", a, out));
   KUIPER_RETURN_IF_ERROR(same_device("add", {&a, &b, &out}));
   KUIPER_DISPATCH(a.device(), add(a, b, out));
@@ -201,11 +213,17 @@ Status argmax(const Tensor& logits, Tensor& out) {
 
 Status linear(const Tensor& x, const Tensor& w, const LinearOptions& o, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("linear", x));
+  KUIPER_RETURN_IF_ERROR(check_activation("linear", out));
   KUIPER_RETURN_IF_ERROR(same_device("linear", {&x, &w, &out}));
   const int64_t rows = o.swiglu ? 2 * out.dim(-1) : out.dim(-1);
+  // out has x's dtype; or fp32 from 16-bit x (logits, the fp32 residual), not with swiglu; or
+  // 16-bit from an fp32 x that the norm reads (the fp32 residual stream).
+  const bool dtypes_fit =
+      out.dtype() == x.dtype() ||
+      (mixable(x.dtype(), out.dtype()) &&
+       (out.dtype() == DataType::kFp32 ? !o.swiglu : o.norm != nullptr));
   if (x.ndim() != 2 || w.ndim() != 2 || out.ndim() != 2 || w.dim(1) != x.dim(1) ||
-      out.dim(0) != x.dim(0) || w.dim(0) != rows || !is_float(w.dtype()) ||
-      (out.dtype() != x.dtype() && (o.swiglu || out.dtype() != DataType::kFp32))) {
+      out.dim(0) != x.dim(0) || w.dim(0) != rows || !is_float(w.dtype()) || !dtypes_fit) {
     return fail("linear", "cannot multiply " + x.describe() + " by " + w.describe() + "^T into " +
                               out.describe() + (o.swiglu ? " (swiglu)" : ""));
   }
@@ -224,16 +242,18 @@ Status linear(const Tensor& x, const Tensor& w, const LinearOptions& o, Tensor& 
     if (done) return Status::Ok();
   }
 #endif
-  // The composition, which is also the reference the fused GPU forms are tested against.
+  // The composition, which is also the reference the fused GPU forms are tested against. Its
+  // intermediates have the activation dtype: x's, or out's where x is the fp32 residual.
   const int64_t T = x.dim(0), N = out.dim(1);
+  const DataType act = x.dtype() != DataType::kFp32 ? x.dtype() : out.dtype();
   Tensor h = x;
   if (o.norm != nullptr) {
-    KUIPER_ASSIGN_OR_RETURN(h, Tensor::empty(x.shape(), x.dtype(), x.device()));
+    KUIPER_ASSIGN_OR_RETURN(h, Tensor::empty(x.shape(), act, x.device()));
     KUIPER_RETURN_IF_ERROR(rmsnorm(x, *o.norm, o.eps, h));
   }
   if (o.swiglu) {
-    KUIPER_ASSIGN_OR_RETURN(Tensor gate, Tensor::empty({T, N}, x.dtype(), x.device()));
-    KUIPER_ASSIGN_OR_RETURN(Tensor up, Tensor::empty({T, N}, x.dtype(), x.device()));
+    KUIPER_ASSIGN_OR_RETURN(Tensor gate, Tensor::empty({T, N}, act, x.device()));
+    KUIPER_ASSIGN_OR_RETURN(Tensor up, Tensor::empty({T, N}, act, x.device()));
     Tensor gate_bias, up_bias;
     if (o.bias != nullptr) {
       gate_bias = o.bias->rows(0, N);

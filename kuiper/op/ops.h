@@ -4,6 +4,19 @@
 //
 // Conventions: activations are row-major [rows, features]; weights are [out, in] as Hugging Face
 // stores them; every reduction accumulates in fp32. Outputs may alias inputs where noted.
+//
+// Dtypes: activations are fp32 on every device, fp16 or bf16 on CUDA too; weights (matrices,
+// biases, norm weights, embedding tables) fp32, fp16 or bf16 anywhere. An op's activations share
+// one dtype except in these mixed forms, which let 16-bit activations keep the residual stream
+// in fp32 (Qwen2's reaches 8e4, past fp16's 65504) and never round it to 16 bits:
+//   embedding  a 16-bit table into fp32 out;
+//   rmsnorm    fp32 x into 16-bit out, or 16-bit x into fp32 out;
+//   linear     with norm: fp32 x into 16-bit out (the norm reads x in fp32); with residual:
+//              16-bit x, fp32 out (the product is added to out in fp32, unrounded);
+//   add        fp32 a and out, 16-bit b;
+//   matmul     16-bit x into fp32 out (logits).
+// fp16 and bf16 activations never meet in one op. The CPU computes in fp32 and so meets only the
+// all-fp32 forms of these.
 #pragma once
 
 #include <vector>
@@ -13,12 +26,14 @@
 
 namespace kuiper::op {
 
-// out[t, :] = table[ids[t], :]. table: fp32/fp16/bf16 [V, H]; ids: int32 [T]; out: [T, H].
+// out[t, :] = table[ids[t], :]. table: fp32/fp16/bf16 [V, H]; ids: int32 [T]; out: [T, H] in
+// any activation dtype (fp32 from a 16-bit table: the fp32 residual stream).
 Status embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 
 // Row-wise RMSNorm over the last dimension D = weight.numel():
 //   out = x / sqrt(mean(x^2) + eps) * weight. Works for per-head norms by viewing x as [R, D].
-// out may alias x.
+// out has x's shape and x's dtype, or one of the two is fp32 (the fp32 residual stream normalised
+// into 16-bit activations). out may alias x (same dtype).
 Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 
 // out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]). w: fp32/fp16/bf16, read in its stored type.
@@ -42,7 +57,9 @@ Status mrope(Tensor& x, const Tensor& positions, RopeParams rope,
 // out = silu(gate) * up, elementwise. out may alias gate or up.
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
 
-// out = a + b, elementwise. out may alias a or b.
+// out = a + b, elementwise, in fp32 and rounded to a's dtype, which out has. b has a's dtype, or
+// is 16-bit where a is fp32 (vision features added into the fp32 residual stream). out may alias
+// a, or b of out's dtype.
 Status add(const Tensor& a, const Tensor& b, Tensor& out);
 
 // Writes row t of k[T, kv_dim] into cache row positions[t] of cache[max_ctx, kv_dim].
@@ -56,12 +73,17 @@ Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 // The decode layer's fused forms of matmul. out[T, N] = epilogue(norm(x) @ w^T + bias):
 //  - norm: x's rows are RMS-normalised with this weight [K] and eps first (op::rmsnorm);
 //  - swiglu: w is [2N, K], gate rows then up rows (bias [2N] likewise), and
-//    out = silu(x gate^T) * (x up^T) (op::swiglu); out has x's dtype;
+//    out = silu(x gate^T) * (x up^T) (op::swiglu);
 //  - residual: out += the product (out holds the residual; op::add); not with swiglu.
-// The GPU GEMV (one row of x) rounds the products, the gate/up pair and the residual sum to the
-// activation type where the unfused ops store them, but applies the norm as a 1 / rms factor on
-// the fp32 dot products, so the normalised x is not rounded (16-bit: within an ulp or so of the
-// composition). Other cases run the composition itself.
+// out has x's dtype, or fp32 from 16-bit x (logits; the fp32 residual, to which the product is
+// added in fp32 without being rounded to 16 bits), not with swiglu; with norm, x may be the fp32
+// residual stream and out 16-bit (the activation dtype). The composition's intermediates (the
+// normalised x, gate and up) have the activation dtype, x's or, for an fp32 x, out's.
+// The GPU GEMV (one row of x) rounds the products, the gate/up pair and the residual sum to out's
+// dtype where the unfused ops store them, but applies the norm as a 1 / rms factor on the fp32
+// dot products, so the normalised x is not rounded (16-bit: within an ulp or so of the
+// composition). Other cases run the composition itself, or for a plain residual form one GEMM
+// that accumulates into out (in fp32 for an fp32 out).
 struct LinearOptions {
   const Tensor* norm = nullptr;
   double eps = 1e-6;

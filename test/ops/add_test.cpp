@@ -1,5 +1,5 @@
 // op::add: the CPU reference is the fp32 sum; every backend matches it, in the aliasing form
-// the residual uses too.
+// the residual uses too, and with a 16-bit b added into an fp32 a.
 #include <gtest/gtest.h>
 
 #include "kuiper/op/ops.h"
@@ -33,6 +33,23 @@ std::vector<OpCase> add_cases() {
                        [](std::vector<Tensor>& a) { return op::add(a[0], a[1], a[2]); }});
       cases.push_back({name + " into a",
                        {in_out({n}, act, 4.0f), in({n}, act)},
+                       [](std::vector<Tensor>& a) { return op::add(a[0], a[1], a[0]); }});
+    }
+    // 16-bit b (vision features) into the fp32 residual a, which holds a value past fp16's
+    // range: the fp32 sum of the same values, exactly.
+    for (DataType act : {DataType::kFp16, DataType::kBf16}) {
+      const std::string name = "add " + std::to_string(n) + " fp32 + " + dtype_name(act);
+      OpArg residual = in({n}, DataType::kFp32, 4.0f);
+      residual.plant = plant_at(0, kBeyondFp16);
+      OpArg sum = out({n}, DataType::kFp32);
+      sum.tolerance = 0.0;
+      cases.push_back({name,
+                       {residual, in({n}, act), sum},
+                       [](std::vector<Tensor>& a) { return op::add(a[0], a[1], a[2]); }});
+      residual.role = Role::kInOut;
+      residual.tolerance = 0.0;
+      cases.push_back({name + " into a",
+                       {residual, in({n}, act)},
                        [](std::vector<Tensor>& a) { return op::add(a[0], a[1], a[0]); }});
     }
   }

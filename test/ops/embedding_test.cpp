@@ -28,6 +28,15 @@ std::vector<OpCase> embedding_cases() {
            [](std::vector<Tensor>& a) { return op::embedding(a[0], a[1], a[2]); }});
     }
   }
+  // A bf16 table holds values past fp16's range; gathered into the fp32 residual stream they
+  // stay exact.
+  OpArg table = in({V, H}, DataType::kBf16);
+  table.plant = plant_at(5 * H + 3, kBeyondFp16);
+  OpArg rows = out({T, H}, DataType::kFp32);
+  rows.tolerance = 0.0;
+  cases.push_back({"embedding table=bf16 (8e4 planted) out=fp32",
+                   {table, ints({0, 36, 5, 5, 17}, {T}), rows},
+                   [](std::vector<Tensor>& a) { return op::embedding(a[0], a[1], a[2]); }});
   return cases;
 }
 

@@ -70,6 +70,13 @@ OpArg ints(std::vector<int32_t> values, std::vector<int64_t> shape) {
   return a;
 }
 
+std::function<void(float* values, int64_t n)> plant_at(int64_t index, float value) {
+  return [index, value](float* values, int64_t n) {
+    ASSERT_LT(index, n) << "planted beyond the argument";
+    values[index] = value;
+  };
+}
+
 double Tolerance::of(DataType dtype) const {
   switch (dtype) {
     case DataType::kFp32:

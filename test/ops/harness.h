@@ -43,6 +43,13 @@ OpArg out(std::vector<int64_t> shape, DataType dtype);
 OpArg in_out(std::vector<int64_t> shape, DataType dtype, float scale = 1.0f, float offset = 0.0f);
 OpArg ints(std::vector<int32_t> values, std::vector<int64_t> shape);
 
+// Past fp16's largest value (65504), as Qwen2's residual stream reaches: planted in the fp32
+// residuals and products of the mixed-dtype cases, which must come out finite and exact.
+constexpr float kBeyondFp16 = 8e4f;
+
+// An OpArg::plant that sets element `index` to `value`.
+std::function<void(float* values, int64_t n)> plant_at(int64_t index, float value);
+
 // The max |out - ref| / max |ref| allowed for a written argument, by its dtype. By default fp32
 // results agree to rounding and accumulation order, and 16-bit results carry one rounding to
 // their type (fp16 2^-11, bf16 2^-8) and some fp32 accumulation-order noise on top; int32

@@ -41,6 +41,9 @@ TEST(Matmul, RejectsMismatchedShapes) {
   EXPECT_NE(s.message().find("matmul"), std::string::npos);
 }
 
+// Planted in x[0, 0] and w[0, 0] so that out[0, 0] holds a product of 1.2e5, past fp16's range.
+constexpr float kPlantedX = 6e4f, kPlantedW = 2.0f;
+
 struct Shape {
   int64_t T, K, N;
   std::string name() const {
@@ -73,6 +76,21 @@ std::vector<OpCase> matmul_cases() {
                 in({s.N}, w, 0.5f)},
                [](std::vector<Tensor>& a) { return op::matmul(a[0], a[1], &a[3], a[2]); }});
         }
+      }
+    }
+    // fp32 logits whose product exceeds fp16's range: x[0, 0] * w[0, 0] = 6e4 * 2, summed in
+    // fp32 and never rounded to 16 bits, on every path (GEMV, cuBLAS, tiled).
+    for (DataType act : {DataType::kFp16, DataType::kBf16}) {
+      for (DataType w : kFloatTypes) {
+        OpArg x = in({s.T, s.K}, act);
+        x.plant = plant_at(0, kPlantedX);
+        OpArg weight = in({s.N, s.K}, w, 1.0f / std::sqrt(static_cast<float>(s.K)));
+        weight.plant = plant_at(0, kPlantedW);
+        cases.push_back(
+            {"matmul " + s.name() + " x=" + dtype_name(act) + " w=" + dtype_name(w) +
+                 " out=fp32, a product of 1.2e5",
+             {x, weight, out({s.T, s.N}, DataType::kFp32)},
+             [](std::vector<Tensor>& a) { return op::matmul(a[0], a[1], nullptr, a[2]); }});
       }
     }
   }
@@ -119,10 +137,65 @@ std::vector<OpCase> linear_cases() {
       }
     }
   }
+  // The fp32 residual stream beside 16-bit activations (weights of the activation dtype, as the
+  // model stores them): the norm forms read an fp32 x holding a value past fp16's range into
+  // 16-bit out; the residual form adds a product of 1.2e5 (x[0, 0] * w[0, 0]) to an fp32
+  // residual holding 8e4, both past fp16's range, without rounding either to 16 bits.
+  for (const Shape& s : shapes) {
+    for (DataType act : {DataType::kFp16, DataType::kBf16}) {
+      for (int form = 0; form < 4; ++form) {  // norm, norm + swiglu, residual, residual + bias
+        const bool swiglu = form == 1, residual = form >= 2, with_bias = form == 3;
+        const int64_t rows = swiglu ? 2 * s.N : s.N;
+        OpArg x = in({s.T, s.K}, residual ? act : DataType::kFp32, 2.0f);
+        x.plant = plant_at(0, residual ? kPlantedX : kBeyondFp16);
+        OpArg w = in({rows, s.K}, act, 1.0f / std::sqrt(static_cast<float>(s.K)));
+        if (residual) w.plant = plant_at(0, kPlantedW);
+        OpArg y = residual ? in_out({s.T, s.N}, DataType::kFp32) : out({s.T, s.N}, act);
+        if (residual) y.plant = plant_at(1, kBeyondFp16);
+        cases.push_back({"linear " + s.name() + (residual ? " x=" : " x=fp32 (8e4 planted) w=") +
+                             dtype_name(act) +
+                             (residual ? " residual=fp32 (8e4 planted), a product of 1.2e5"
+                                       : (swiglu ? " norm swiglu" : " norm")) +
+                             (with_bias ? " +bias" : ""),
+                         {x, w, in({rows}, act, 0.5f), in({s.K}, act, 0.5f, 1.0f), y},
+                         [=](std::vector<Tensor>& a) {
+                           op::LinearOptions o;
+                           o.norm = residual ? nullptr : &a[3];
+                           o.eps = 1e-6;
+                           o.bias = with_bias ? &a[2] : nullptr;
+                           o.swiglu = swiglu;
+                           o.residual = residual;
+                           return op::linear(a[0], a[1], o, a[4]);
+                         },
+                         {1e-4, 4e-3, 3.2e-2}});
+      }
+    }
+  }
   return cases;
 }
 
 KUIPER_OP_BACKEND_TEST(Linear, linear_cases)
+
+TEST(Linear, CudaMixesDtypesOnlyWhereTheContractSays) {
+  SKIP_WITHOUT_CUDA();
+  const auto on_gpu = [](const Tensor& t, DataType dtype) {
+    return upload(t, dtype, DeviceType::kCuda);
+  };
+  const Tensor x32 = on_gpu(random_tensor({1, 64}, 1), DataType::kFp32);
+  const Tensor x16 = on_gpu(random_tensor({1, 64}, 1), DataType::kFp16);
+  const Tensor w = on_gpu(random_tensor({64, 64}, 2), DataType::kFp16);
+  const Tensor norm = on_gpu(random_tensor({64}, 3), DataType::kFp16);
+  Tensor out16 = poisoned({1, 64}, DataType::kFp16, DeviceType::kCuda);
+  Tensor out32 = poisoned({1, 32}, DataType::kFp32, DeviceType::kCuda);
+  op::LinearOptions plain;
+  EXPECT_FALSE(op::linear(x32, w, plain, out16).ok());  // the fp32 x would be rounded
+  op::LinearOptions swiglu;
+  swiglu.swiglu = true;
+  EXPECT_FALSE(op::linear(x16, w, swiglu, out32).ok());
+  swiglu.norm = &norm;
+  Tensor gated16 = poisoned({1, 32}, DataType::kFp16, DeviceType::kCuda);
+  EXPECT_OK(op::linear(x32, w, swiglu, gated16));  // normalised from fp32 into fp16
+}
 
 }  // namespace
 }  // namespace kuiper::test

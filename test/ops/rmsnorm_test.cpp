@@ -46,10 +46,45 @@ std::vector<OpCase> rmsnorm_cases() {
       }
     }
   }
+  // The fp32 residual stream, holding a value past fp16's range, normalised into 16-bit
+  // activations; and 16-bit rows normalised into fp32.
+  for (const auto& shape : shapes) {
+    for (DataType act : {DataType::kFp16, DataType::kBf16}) {
+      const auto run = [](std::vector<Tensor>& a) { return op::rmsnorm(a[0], a[1], 1e-6, a[2]); };
+      OpArg residual = in(shape, DataType::kFp32, 2.0f);
+      residual.plant = plant_at(0, kBeyondFp16);
+      cases.push_back({"rmsnorm " + shape_string(shape) + " x=fp32 (8e4 planted) out=" +
+                           dtype_name(act),
+                       {residual, in({shape.back()}, act, 0.5f, 1.0f), out(shape, act)},
+                       run});
+      cases.push_back({"rmsnorm " + shape_string(shape) + " x=" + dtype_name(act) + " out=fp32",
+                       {in(shape, act, 2.0f), in({shape.back()}, act, 0.5f, 1.0f),
+                        out(shape, DataType::kFp32)},
+                       run});
+    }
+  }
   return cases;
 }
 
 KUIPER_OP_BACKEND_TEST(Rmsnorm, rmsnorm_cases)
+
+TEST(Rmsnorm, CpuRefusesA16BitOut) {
+  const Tensor x = random_tensor({2, 8}, 6), w = random_tensor({8}, 5);
+  Tensor half = poisoned({2, 8}, DataType::kFp16);
+  const Status s = op::rmsnorm(x, w, 1e-6, half);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rmsnorm"), std::string::npos) << s.message();
+}
+
+TEST(Rmsnorm, CudaRefusesFp16IntoBf16) {
+  SKIP_WITHOUT_CUDA();
+  const Tensor x = upload(random_tensor({2, 8}, 6), DataType::kFp16, DeviceType::kCuda);
+  const Tensor w = upload(random_tensor({8}, 5), DataType::kFp32, DeviceType::kCuda);
+  Tensor out = poisoned({2, 8}, DataType::kBf16, DeviceType::kCuda);
+  const Status s = op::rmsnorm(x, w, 1e-6, out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot normalise"), std::string::npos) << s.message();
+}
 
 }  // namespace
 }  // namespace kuiper::test

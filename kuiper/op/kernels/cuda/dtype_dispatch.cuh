@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include <string>
+#include <type_traits>
 
 #include "kuiper/base/cuda_runtime.h"
 #include "kuiper/base/dtype.h"
@@ -62,6 +63,26 @@ Status visit_activation(DataType t, Fn&& fn) {
     default: return Status::Error(std::string("no CUDA kernel for activations of ") +
                                   dtype_name(t));
   }
+}
+
+// Calls fn(TypeTag<TA>{}, TypeTag<TB>{}) for two activation types that are equal or of which one
+// is fp32: the fp32 residual stream beside 16-bit activations (ops.h lists the ops that mix).
+// fp16 with bf16 is refused.
+template <typename Fn>
+Status visit_activation_pair(DataType a, DataType b, Fn&& fn) {
+  if (a != b && a != DataType::kFp32 && b != DataType::kFp32) {
+    return Status::Error(std::string("no CUDA kernel for activations of ") + dtype_name(a) +
+                         " with " + dtype_name(b));
+  }
+  return visit_activation(a, [&](auto a_tag) {
+    using TA = typename decltype(a_tag)::type;
+    if constexpr (std::is_same_v<TA, float>) {
+      return visit_activation(b, [&](auto b_tag) { return fn(a_tag, b_tag); });
+    } else {
+      if (b == DataType::kFp32) return fn(a_tag, TypeTag<float>{});
+      return fn(a_tag, a_tag);
+    }
+  });
 }
 
 }  // namespace kuiper::cuda

@@ -42,7 +42,9 @@ namespace {
 // Fused forms (op::linear): the RMSNorm of x (every block stages x times the norm weight and
 // scales the dot products by 1 / rms at the end; the normalised x is not rounded to the
 // activation type as the rmsnorm kernel would store it), SwiGLU over stacked [gate; up] rows (the
-// warp's two rows are gate row n and up row n), and a residual add into out.
+// warp's two rows are gate row n and up row n), and a residual add into out. x is read as TX and
+// out written as TO: fp32 x (the residual stream) into 16-bit out for the norm forms, 16-bit x
+// into an fp32 residual out, whose sum then sees the product in fp32.
 
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
@@ -209,7 +211,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
     acc[1] *= inv;
   }
   TO* out = static_cast<TO*>(a.out);
-  // Every intermediate is rounded to TO where the unfused ops would store it.
+  // Every intermediate is rounded to TO where the unfused ops would store it (not at all for an
+  // fp32 out: a product past fp16's range reaches an fp32 residual intact).
   auto finish = [&](int r) {
     float v = acc[r];
     if (a.bias != nullptr) v += load_as_float(a.bias, a.bias_dtype, row[r]);
@@ -285,7 +288,8 @@ Status launch_gemv(const GemvArgs& a) {
   return launch_gemv_unrolled<TW, TX, TO, 8>(a, blocks, smem);
 }
 
-// The GEMV for one row of x, dispatched on the three element types.
+// The GEMV for one row of x, dispatched on the three element types: out has x's type, or one of
+// them is fp32 (the residual stream beside 16-bit activations; ops.h, op::linear).
 Status gemv(const Tensor& x, const Tensor& w, const op::LinearOptions& o, Tensor& out) {
   GemvArgs a{};
   a.w = w.raw();
@@ -301,14 +305,14 @@ Status gemv(const Tensor& x, const Tensor& w, const op::LinearOptions& o, Tensor
   a.up_offset = o.swiglu ? a.N : 0;
   a.residual = o.residual;
   a.swiglu = o.swiglu;
-  return visit_activation(x.dtype(), [&](auto x_tag) {
+  return visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
     using TX = typename decltype(x_tag)::type;
+    using TO = typename decltype(out_tag)::type;
     return visit_float(w.dtype(), [&](auto w_tag) {
       using TW = typename decltype(w_tag)::type;
       a.w_vectorized = a.K % (16 / sizeof(TW)) == 0 && aligned16(w.raw());
       a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
-      if (out.dtype() == DataType::kFp32) return launch_gemv<TW, TX, float>(a);
-      return launch_gemv<TW, TX, TX>(a);
+      return launch_gemv<TW, TX, TO>(a);
     });
   });
 }
@@ -472,7 +476,7 @@ Result<bool> linear(const Tensor& x, const Tensor& w, const op::LinearOptions& o
     return true;
   }
   // Many rows: only the residual form has a cheaper path than the composition (cuBLAS adds the
-  // product into out with beta = 1).
+  // product into out with beta = 1, in fp32 for an fp32 out).
   if (o.residual && o.norm == nullptr && o.bias == nullptr && !o.swiglu &&
       x.dtype() == w.dtype()) {
     KUIPER_RETURN_IF_ERROR(gemm_cublas(x, w, nullptr, out, /*accumulate=*/true));

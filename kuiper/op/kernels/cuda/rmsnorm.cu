@@ -1,7 +1,8 @@
 // RMSNorm over rows of D elements. The row length decides the shape of the work: a hidden-size
 // row (thousands of elements) gets a whole block, so at decode (one row) its loads are spread
 // over 256 threads instead of queueing behind one warp; a head row (Qwen3's per-head q/k norm,
-// x viewed as [T * heads, head_dim]) is one warp's work, with no shared memory or barrier.
+// x viewed as [T * heads, head_dim]) is one warp's work, with no shared memory or barrier. x and
+// out may differ in type (the fp32 residual stream normalised into 16-bit activations).
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 
@@ -12,9 +13,9 @@ namespace {
 constexpr int kBlockThreads = 256;
 constexpr int kWideRow = 1024;  // rows at least this long get a block each
 
-template <typename TX, typename TW, int kThreadsPerRow>
+template <typename TX, typename TW, typename TO, int kThreadsPerRow>
 __global__ void __launch_bounds__(kBlockThreads)
-    rmsnorm_kernel(const TX* x, const TW* __restrict__ weight, TX* out, int64_t rows, int D,
+    rmsnorm_kernel(const TX* x, const TW* __restrict__ weight, TO* out, int64_t rows, int D,
                    float eps) {
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
   constexpr int kWarpsPerRow = kThreadsPerRow / 32;
@@ -22,7 +23,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int tid = threadIdx.x % kThreadsPerRow;
   // x and out may alias: each thread reads its elements before writing the same ones.
   const TX* in = x + row * D;
-  TX* o = out + row * D;
+  TO* o = out + row * D;
   float sum = 0.0f;
   if (row < rows) {
 #pragma unroll 4
@@ -42,18 +43,18 @@ __global__ void __launch_bounds__(kBlockThreads)
   const float inv = 1.0f / sqrtf(sum / static_cast<float>(D) + eps);
 #pragma unroll 4
   for (int i = tid; i < D; i += kThreadsPerRow) {
-    o[i] = from_float<TX>(to_float(weight[i]) * (to_float(in[i]) * inv));
+    o[i] = from_float<TO>(to_float(weight[i]) * (to_float(in[i]) * inv));
   }
 }
 
-template <typename TX, typename TW, int kThreadsPerRow>
+template <typename TX, typename TW, typename TO, int kThreadsPerRow>
 Status launch(const Tensor& x, const Tensor& weight, double eps, Tensor& out, int64_t rows,
               int64_t D) {
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
-  rmsnorm_kernel<TX, TW, kThreadsPerRow><<<blocks_for(rows, kRowsPerBlock), kBlockThreads, 0,
-                                           stream()>>>(x.data<TX>(), weight.data<TW>(),
-                                                       out.data<TX>(), rows, static_cast<int>(D),
-                                                       static_cast<float>(eps));
+  rmsnorm_kernel<TX, TW, TO, kThreadsPerRow>
+      <<<blocks_for(rows, kRowsPerBlock), kBlockThreads, 0, stream()>>>(
+          x.data<TX>(), weight.data<TW>(), out.data<TO>(), rows, static_cast<int>(D),
+          static_cast<float>(eps));
   KUIPER_CUDA_CHECK_LAUNCH("rmsnorm kernel");
   return Status::Ok();
 }
@@ -63,12 +64,13 @@ Status launch(const Tensor& x, const Tensor& weight, double eps, Tensor& out, in
 Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out) {
   const int64_t D = weight.numel(), rows = x.numel() / D;
   if (rows == 0) return Status::Ok();
-  return visit_activation(x.dtype(), [&](auto x_tag) {
+  return visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
     using TX = typename decltype(x_tag)::type;
+    using TO = typename decltype(out_tag)::type;
     return visit_float(weight.dtype(), [&](auto w_tag) {
       using TW = typename decltype(w_tag)::type;
-      if (D >= kWideRow) return launch<TX, TW, kBlockThreads>(x, weight, eps, out, rows, D);
-      return launch<TX, TW, 32>(x, weight, eps, out, rows, D);
+      if (D >= kWideRow) return launch<TX, TW, TO, kBlockThreads>(x, weight, eps, out, rows, D);
+      return launch<TX, TW, TO, 32>(x, weight, eps, out, rows, D);
     });
   });
 }

@@ -14,7 +14,10 @@ struct SiluTimes {
 }  // namespace
 
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
-  return launch_elementwise(gate, up, out, SiluTimes{}, "swiglu kernel");
+  return visit_activation(gate.dtype(), [&](auto tag) {
+    using TX = typename decltype(tag)::type;
+    return launch_elementwise<TX, TX>(gate, up, out, SiluTimes{}, "swiglu kernel");
+  });
 }
 
 }  // namespace kuiper::cuda
