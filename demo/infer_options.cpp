@@ -6,6 +6,8 @@
 
 #include <gflags/gflags.h>
 
+#include "tools/program_flags.h"
+
 DEFINE_string(model, "", "Kuiper model file (.bin) from kuiper-convert");
 DEFINE_string(tokenizer, "",
               "tokenizer.json, or a directory holding it (and tokenizer_config.json for the chat "
@@ -37,8 +39,12 @@ DEFINE_bool(no_think, false, "Qwen3: answer without a thinking block (enable_thi
 DEFINE_bool(ignore_eos, false, "keep generating past the model's end tokens");
 DEFINE_string(attention, "flash2", "attention algorithm: mha, flash1 or flash2");
 DEFINE_string(device, "", "cpu or cuda (default: cuda when a GPU is usable, else cpu)");
-DEFINE_string(dtype, "", "activation dtype: fp32 or fp16 (default: fp32 on cpu, fp16 on cuda)");
-DEFINE_bool(cuda_graph, false, "decode through a captured CUDA graph (--device cuda)");
+DEFINE_string(dtype, "auto",
+              "activation dtype: auto (the dtype the checkpoint is stored in on cuda, fp32 on "
+              "cpu), bf16, fp16 or fp32");
+DEFINE_bool(cuda_graph, true,
+            "decode through a captured CUDA graph (default: on with --device cuda; "
+            "--no-cuda-graph decodes eagerly)");
 DEFINE_bool(stats, false, "print prompt, prefill and decode statistics after each reply");
 
 // Batch mode's concurrency.
@@ -70,9 +76,10 @@ void split_stops(const std::string& value, std::vector<std::string>* stops) {
 }
 
 // gflags knows neither one-letter flags nor dashes inside names, and keeps only the last value
-// of a repeated flag. Rewrites `-i` to --interactive and --top-p to --top_p, and takes every
-// --stop out of the arguments into `stops` and every --image into `images`. The value after a
-// flag that takes one is left as it is, so `--prompt -i` is a prompt.
+// of a repeated flag. Rewrites `-i` to --interactive and the rest as gflags_spelling does
+// (--top-p, --no-cuda-graph), and takes every --stop out of the arguments into `stops` and every
+// --image into `images`. The value after a flag that takes one is left as it is, so
+// `--prompt -i` is a prompt.
 Result<std::vector<std::string>> rewrite_args(int argc, char** argv,
                                               std::vector<std::string>* stops,
                                               std::vector<std::string>* images) {
@@ -91,10 +98,11 @@ Result<std::vector<std::string>> rewrite_args(int argc, char** argv,
       out.push_back("--interactive");
       continue;
     }
+    arg = gflags_spelling(arg);
     const size_t dashes = arg[1] == '-' ? 2 : 1;
     const size_t eq = arg.find('=');
-    std::string name = arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
-    for (char& c : name) c = c == '-' ? '_' : c;
+    const std::string name =
+        arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
     const bool has_value = eq != std::string::npos;
     gflags::CommandLineFlagInfo info;
     const bool takes_value = gflags::GetCommandLineFlagInfo(name.c_str(), &info) && info.type != "bool";
@@ -110,7 +118,7 @@ Result<std::vector<std::string>> rewrite_args(int argc, char** argv,
       images->push_back(path);
       continue;
     }
-    out.push_back("--" + name + (has_value ? arg.substr(eq) : ""));
+    out.push_back(arg);
     if (takes_value && !has_value && i + 1 < argc) out.push_back(argv[++i]);
   }
   return out;
@@ -202,17 +210,9 @@ Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture fam
   Result<AttentionKind> attention = parse_attention(FLAGS_attention);
   if (!attention.ok()) return attention.status().With("--attention");
   o.model.attention = *attention;
-  const std::string dtype = FLAGS_dtype.empty() ? (o.model.device == DeviceType::kCpu ? "fp32" : "fp16")
-                                                : FLAGS_dtype;
-  if (dtype != "fp32" && dtype != "fp16") return bad_flag("dtype", dtype, "fp32 or fp16");
-  o.model.activation = dtype == "fp32" ? DataType::kFp32 : DataType::kFp16;
-  if (o.model.device == DeviceType::kCpu && o.model.activation != DataType::kFp32) {
-    return bad_flag("dtype", dtype, "fp32 with --device cpu (the CPU computes in fp32)");
-  }
-  if (FLAGS_cuda_graph && o.model.device != DeviceType::kCuda) {
-    return Status::Error("--cuda-graph needs --device cuda");
-  }
-  o.model.cuda_graph = FLAGS_cuda_graph;
+  KUIPER_RETURN_IF_ERROR(set_model_flags(
+      FLAGS_dtype, FLAGS_cuda_graph, !gflags::GetCommandLineFlagInfoOrDie("cuda_graph").is_default,
+      &o.model));
   if (FLAGS_max_context < 0) {
     return bad_flag("max-context", std::to_string(FLAGS_max_context),
                     "a number of tokens > 0, or 0 for the model's maximum");

@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,clocks.sm,driver_version --format=csv,noheader
 tests_rc=$?
 grep -E '^\[  FAILED  \]|^\[  PASSED  \]|tests? ran' "$LOGS/test.log" | sort -u | tail -25
 
-bench="./$BUILD/bin/kuiper-bench --attention-only --heads 32 --kv-heads 8 --head-dim 128"
+bench="./$BUILD/bin/kuiper-bench --attention-only --dtype fp16 --heads 32 --kv-heads 8 --head-dim 128"
 for shape in "4096 2048" "32768 8192"; do
   set -- $shape
   $bench --attention mha,flash1,flash2 --cuda-graph --kv-len "$1" --prefill-len "$2" \

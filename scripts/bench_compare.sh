@@ -32,8 +32,8 @@ run() {  # run NAME BUILD_DIR ROUND
   local bench="./$2/bin/kuiper-bench" out="$OUT/$1.$3.md"
   "$bench" --config models/qwen3-8b.json --dtype fp16 --attention flash2 --cuda-graph \
     --contexts 512,8192 --gen 64 --repeat 3 --prefill-lengths 512,4096 > "$out" 2>> "$LOG"
-  "$bench" --attention-only --attention flash1,flash2 --cuda-graph --heads 32 --kv-heads 8 \
-    --head-dim 128 --decode-kv-lens 4096,32768 --causal-lens 2048 >> "$out" 2>> "$LOG"
+  "$bench" --attention-only --dtype fp16 --attention flash1,flash2 --cuda-graph --heads 32 \
+    --kv-heads 8 --head-dim 128 --decode-kv-lens 4096,32768 --causal-lens 2048 >> "$out" 2>> "$LOG"
 }
 for round in 1 2; do
   run base build-base $round

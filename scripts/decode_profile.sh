@@ -46,7 +46,7 @@ if has ncu; then
   timeout 150 ncu --csv --metrics gpu__time_duration.sum,launch__grid_size --cache-control none \
     --clock-control none --print-units base -k 'regex:gemv|qk_norm|flash2|embedding|argmax|attention|decode|combine' \
     --launch-skip 200 --launch-count 700 \
-    $bench $cfg --prompt 64 --gen 8 --repeat 1 > "$LOGS/ncu.csv" 2> "$LOGS/ncu.err"
+    $bench $cfg --no-cuda-graph --prompt 64 --gen 8 --repeat 1 > "$LOGS/ncu.csv" 2> "$LOGS/ncu.err"
   python3 - "$LOGS/ncu.csv" > "$LOGS/ncu_summary.md" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

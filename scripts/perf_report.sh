@@ -68,7 +68,7 @@ step() {  # step NAME CAP RESERVE command... (RESERVE is for a 540 s budget; sca
   log "$name done"
 }
 
-step attention 90 300 "$bench" --attention-only --attention mha,flash1,flash2 --cuda-graph \
+step attention 90 300 "$bench" --attention-only --dtype fp16 --attention mha,flash1,flash2 --cuda-graph \
   --heads 32 --kv-heads 8 --head-dim 128 --decode-kv-lens 4096,32768 --causal-lens 2048,8192 \
   --json "$OUT/attention.json"
 

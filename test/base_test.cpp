@@ -26,6 +26,26 @@ TEST(DataType, Fp16RoundsToNearestEven) {
   EXPECT_EQ(fp16_to_float(float_to_fp16(5.9604645e-8f)), 5.9604645e-8f);  // smallest subnormal
 }
 
+TEST(DataType, ConvertingPastFp16sRangeIsAnErrorGivingTheLargestValue) {
+  // 65519 rounds down to 65504; 65520 is the first value that rounds to inf.
+  const float fits[] = {65504.0f, -65519.0f, 1.0f, INFINITY, NAN};
+  uint16_t half[5];
+  EXPECT_OK(convert_elements(fits, DataType::kFp32, half, DataType::kFp16, 5));
+  EXPECT_EQ(fp16_to_float(half[1]), -65504.0f);
+  EXPECT_TRUE(std::isinf(fp16_to_float(half[3])));  // inf in, inf out: nothing was lost
+
+  const float wide[] = {1.0f, -70000.0f, 65520.0f, 2.0f};
+  uint16_t out[4];
+  Status s = convert_elements(wide, DataType::kFp32, out, DataType::kFp16, 4);
+  EXPECT_EQ(s.message(), "values up to 70000 in magnitude do not fit fp16 (largest 65504)");
+  EXPECT_EQ(fp16_to_float(out[3]), 2.0f);  // every element was still written
+
+  // bf16 has fp32's range: the same values fit.
+  EXPECT_OK(convert_elements(wide, DataType::kFp32, out, DataType::kBf16, 4));
+  const uint16_t big_bf16[] = {float_to_bf16(70000.0f)};
+  EXPECT_FALSE(convert_elements(big_bf16, DataType::kBf16, out, DataType::kFp16, 1).ok());
+}
+
 TEST(DataType, Bf16RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
   float halfway;

@@ -429,6 +429,55 @@ TEST(ConvertCli, ConvertsAndSummarises) {
   for (const TensorEntry& e : mf->tensors()) EXPECT_EQ(e.dtype, DataType::kFp16) << e.name;
 }
 
+// Sets element `index` of the F32 tensor `name` in the safetensors file at `path` to `value`.
+void plant_f32(const std::string& path, const std::string& name, size_t index, float value) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint8_t length[8] = {};
+  f.read(reinterpret_cast<char*>(length), 8);
+  uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(length[i]) << (8 * i);
+  std::string header(header_bytes, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const json entry = json::parse(header).at(name);
+  ASSERT_EQ(entry.at("dtype"), "F32");
+  const uint64_t begin = entry.at("data_offsets")[0].get<uint64_t>();
+  f.seekp(static_cast<std::streamoff>(8 + header_bytes + begin + 4 * index));
+  f.write(reinterpret_cast<const char*>(&value), 4);
+  ASSERT_TRUE(f.good()) << path;
+}
+
+// fp16 ends at 65504: a weight beyond it would be inf in the file, so converting to fp16 is
+// refused, naming the tensor and the value; bf16 (fp32's range) and the stored dtype hold it.
+TEST(ConvertCli, Fp16OfAValueBeyondItsRangeIsRefusedPointingAtBf16) {
+  TempDir dir;
+  CheckpointOptions f32;
+  f32.dtype = DataType::kFp32;
+  ASSERT_OK(test::write_checkpoint(small_qwen3_config(), dir.file("hf"), f32));
+  const std::string tensor = "model.layers.0.mlp.down_proj.weight";
+  plant_f32(dir.file("hf/model.safetensors"), tensor, 5, -7e4f);
+
+  std::string err;
+  EXPECT_EQ(run_cli("--hf " + dir.file("hf") + " --out " + dir.file("fp16.bin") + " --dtype fp16",
+                    err),
+            1);
+  EXPECT_NE(err.find("kuiper-convert: "), std::string::npos) << err;
+  EXPECT_NE(err.find("tensor '" + tensor + "': values up to 70000 in magnitude do not fit fp16 "
+                     "(largest 65504); convert to bf16 (--dtype bf16)"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(dir.file("fp16.bin")));
+
+  for (std::optional<DataType> dtype : {std::optional<DataType>(DataType::kBf16),
+                                        std::optional<DataType>()}) {
+    const std::string out = dir.file(dtype ? "bf16.bin" : "stored.bin");
+    ASSERT_OK(convert_checkpoint(dir.file("hf"), out, dtype));
+    std::shared_ptr<ModelFile> mf = open_ok(out);
+    ASSERT_NE(mf, nullptr);
+    const float want = dtype ? bf16_to_float(float_to_bf16(-7e4f)) : -7e4f;
+    EXPECT_EQ(floats_of(*mf, tensor).at(5), want);
+  }
+}
+
 TEST(ConvertCli, ErrorsExitOneWithOneMessageAndNoOutput) {
   TempDir dir;
   json config = small_qwen3_config();

@@ -174,6 +174,27 @@ TEST(CudaModel, RefusesGraphOnCpu) {
   EXPECT_NE(m.status().message().find("CUDA graph"), std::string::npos) << m.status().message();
 }
 
+// The programs' defaults on a GPU (auto): the dtype the checkpoint is stored in, decode through
+// the CUDA graph.
+TEST(CudaModel, AutoOptionsRunTheCheckpointsDtypeThroughTheGraph) {
+  SKIP_WITHOUT_CUDA();
+  for (DataType stored : {DataType::kFp32, DataType::kFp16}) {
+    ModelOptions o;
+    o.device = DeviceType::kCuda;
+    o.auto_activation = true;
+    o.auto_cuda_graph = true;
+    o.cuda_graph = false;  // ignored under auto
+    o.max_context = 64;
+    Result<std::unique_ptr<Model>> m =
+        Model::load(test::converted_fixture("qwen3-tiny", stored), o);
+    ASSERT_OK(m);
+    EXPECT_EQ((*m)->options().activation, stored);
+    EXPECT_TRUE((*m)->options().cuda_graph);
+    EXPECT_OK((*m)->forward({1, 2, 3}, 0, false).status());
+    EXPECT_OK((*m)->forward({4}, 3, false).status());  // a decode step: captures the graph
+  }
+}
+
 // The fixture checkpoints against the transformers goldens: the last prompt position's logits,
 // and the greedy continuation, for every attention kind with and without the graph.
 TEST(CudaModel, FixturesMatchGoldens) {

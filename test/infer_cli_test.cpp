@@ -187,13 +187,15 @@ TEST_F(InferCli, SameSeedSameSample) {
 
 // The load summary is glog's at --v=1, one line, and absent from a normal run.
 TEST_F(InferCli, VerboseRunLogsTheLoadSummaryOnce) {
-  const std::string summary = "attention, max_context 4096, KV pool 1 x 4096 tokens";
+  const std::string summary = "decode, max_context 4096, KV pool 1 x 4096 tokens";
   const CliResult verbose = qwen3({"--prompt", "Hi", "--max-tokens", "2", "--v=1"});
   ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
   const size_t at = verbose.err.find(summary);
   ASSERT_NE(at, std::string::npos) << verbose.err;
   EXPECT_EQ(verbose.err.find(summary, at + 1), std::string::npos) << verbose.err;
-  EXPECT_NE(verbose.err.find("cpu, fp32 activations, flash2 attention"), std::string::npos)
+  EXPECT_NE(verbose.err.find("cpu, fp32 activations (auto: the CPU computes in fp32), flash2 "
+                             "attention, eager decode"),
+            std::string::npos)
       << verbose.err;
   const CliResult quiet = qwen3({"--prompt", "Hi", "--max-tokens", "2"});
   ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
@@ -373,6 +375,29 @@ TEST_F(InferCli, MaxContextAboveTheModelsMaximumIsRefused) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// --dtype auto (the default: VerboseRunLogsTheLoadSummaryOnce) is fp32 on the CPU, and the load
+// summary says why; the CPU has no CUDA graph, so it decodes eagerly unless --cuda-graph asks
+// (refused below) and --no-cuda-graph is accepted in either spelling.
+TEST_F(InferCli, DtypeAndGraphFlagsOnTheCpu) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string summary;
+  };
+  const std::vector<Case> cases = {
+      {{"--dtype", "auto", "--no-cuda-graph"}, "fp32 activations (auto: the CPU computes in fp32)"},
+      {{"--dtype=fp32", "--nocuda_graph"}, "fp32 activations (requested; checkpoint fp32)"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--prompt", "Hi", "--max-tokens", "1", "--v=1"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const CliResult r = qwen3(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("cpu, " + c.summary + ", flash2 attention, eager decode"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST_F(InferCli, UnwritableOutputFailsBeforeGenerating) {
   const std::string out = path("no-such-dir/out.jsonl");
   CliResult r = qwen3({"--prompt", "x", "--max-tokens", "2", "--output", out});
@@ -394,6 +419,10 @@ TEST_F(InferCli, FlagValuesThatMakeNoSenseAreRefused) {
                  {"--max-tokens"});
   expect_refusal(qwen3({"--prompt", "x", "--cuda-graph"}),
                  {"--cuda-graph", "--device cuda"});
+  expect_refusal(qwen3({"--prompt", "x", "--dtype", "fp8"}),
+                 {"--dtype: unknown dtype 'fp8' (expected auto, bf16, fp16 or fp32)"});
+  expect_refusal(qwen3({"--prompt", "x", "--dtype", "bf16"}),
+                 {"--dtype: bf16 on the cpu: the CPU computes in fp32"});
   expect_refusal(infer("qwen2", {"--prompt", "x", "--no-think"}),
                  {"--no-think"});
 }

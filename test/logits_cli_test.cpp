@@ -17,11 +17,13 @@ TEST(LogitsCli, PrefillAndDecodeWriteTheGoldenLogits) {
   const std::vector<float>& want = golden.at("chat.logits_last").f32;
   const std::string model = converted_fixture("qwen3-tiny", DataType::kFp32);
   TempDir dir;
-  for (const char* mode : {"--nodecode", "--decode"}) {
+  // --dtype auto and the graph default resolve to fp32 and eager decode on the CPU.
+  for (const char* mode : {"--nodecode", "--decode", "--no-cuda-graph"}) {
     const std::string out = dir.file(std::string(mode) + ".f32");
-    CliResult r = run_program("kuiper-logits",
-                              {"--model", model, "--tokens", ids_flag(ids), "--out", out, mode},
-                              "", kEnv);
+    CliResult r = run_program(
+        "kuiper-logits",
+        {"--model", model, "--tokens", ids_flag(ids), "--out", out, "--dtype", "auto", mode}, "",
+        kEnv);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const std::vector<float> got = read_floats(out);
     ASSERT_EQ(got.size(), want.size()) << mode;
@@ -47,6 +49,12 @@ TEST(LogitsCli, BadInputIsOneClearError) {
        "/nonexistent/model.bin"},
       {{"--model", model, "--tokens", "999999", "--out", "/dev/null"},
        "outside the vocabulary"},
+      {{"--model", model, "--tokens", "1", "--out", "/dev/null", "--dtype", "fp8"},
+       "--dtype: unknown dtype 'fp8' (expected auto, bf16, fp16 or fp32)"},
+      {{"--model", model, "--tokens", "1", "--out", "/dev/null", "--dtype", "fp16"},
+       "--dtype: fp16 on the cpu: the CPU computes in fp32 (expected auto or fp32)"},
+      {{"--model", model, "--tokens", "1", "--out", "/dev/null", "--cuda-graph"},
+       "--cuda-graph needs --device cuda"},
   };
   for (const Bad& c : cases) {
     CliResult r = run_program("kuiper-logits", c.args, "", kEnv);

@@ -13,12 +13,18 @@
 
 #include "kuiper/model/model.h"
 #include "kuiper/runtime/vision_input.h"
+#include "tools/program_flags.h"
 
 DEFINE_string(model, "", "Kuiper model file (.bin)");
 DEFINE_string(tokens, "", "comma-separated token ids, e.g. 151644,872,198");
 DEFINE_string(device, "cpu", "cpu or cuda");
 DEFINE_string(attention, "flash2", "mha, flash1 or flash2");
-DEFINE_string(dtype, "", "activation dtype: fp32 or fp16 (default: fp32 on cpu, fp16 on cuda)");
+DEFINE_string(dtype, "auto",
+              "activation dtype: auto (the dtype the checkpoint is stored in on cuda, fp32 on "
+              "cpu), bf16, fp16 or fp32");
+DEFINE_bool(cuda_graph, true,
+            "--decode: decode through a captured CUDA graph (default: on with --device cuda; "
+            "--no-cuda-graph decodes eagerly)");
 DEFINE_string(out, "", "file for the logits (raw float32, vocab_size values)");
 DEFINE_bool(decode, false,
             "feed the tokens one at a time through the decode path (with --image: those after "
@@ -50,28 +56,28 @@ Result<std::vector<int32_t>> parse_tokens(const std::string& text) {
   return ids;
 }
 
-// gflags keeps only the last value of a repeated flag: takes every --image out of argv first.
-Result<std::vector<std::string>> take_images(int* argc, char** argv) {
-  std::vector<std::string> images;
-  int kept = 1;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string arg = argv[i];
+// The arguments for gflags, every flag in its spelling (gflags_spelling: --no-cuda-graph), and
+// every --image taken out into `images` (gflags keeps only the last value of a repeated flag).
+Result<std::vector<std::string>> rewrite_args(int argc, char** argv,
+                                              std::vector<std::string>* images) {
+  std::vector<std::string> out = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = kuiper::gflags_spelling(argv[i]);
     if (arg == "--") {
-      while (i < *argc) argv[kept++] = argv[i++];
+      while (i < argc) out.push_back(argv[i++]);
       break;
     }
-    const bool eq = arg.rfind("--image=", 0) == 0 || arg.rfind("-image=", 0) == 0;
-    if (eq || arg == "--image" || arg == "-image") {
-      if (!eq && i + 1 >= *argc) return Status::Error("--image needs a file");
+    const bool eq = arg.rfind("--image=", 0) == 0;
+    if (eq || arg == "--image") {
+      if (!eq && i + 1 >= argc) return Status::Error("--image needs a file");
       const std::string path = eq ? arg.substr(arg.find('=') + 1) : std::string(argv[++i]);
       if (path.empty()) return Status::Error("--image needs a file");
-      images.push_back(path);
+      images->push_back(path);
       continue;
     }
-    argv[kept++] = argv[i];
+    out.push_back(arg);
   }
-  *argc = kept;
-  return images;
+  return out;
 }
 
 // The images' pixel values, after checking the ids hold their image pads.
@@ -108,12 +114,9 @@ Status run(const std::vector<std::string>& image_paths) {
   Result<kuiper::AttentionKind> attention = kuiper::parse_attention(FLAGS_attention);
   if (!attention.ok()) return attention.status().With("--attention");
   options.attention = *attention;
-  std::string dtype = FLAGS_dtype.empty()
-                          ? (options.device == kuiper::DeviceType::kCpu ? "fp32" : "fp16")
-                          : FLAGS_dtype;
-  Result<kuiper::DataType> act = kuiper::parse_dtype(dtype);
-  if (!act.ok()) return act.status().With("--dtype");
-  options.activation = *act;
+  KUIPER_RETURN_IF_ERROR(kuiper::set_model_flags(
+      FLAGS_dtype, FLAGS_cuda_graph, !gflags::GetCommandLineFlagInfoOrDie("cuda_graph").is_default,
+      &options));
   options.max_context = static_cast<int64_t>(ids.size());
   KUIPER_ASSIGN_OR_RETURN(std::vector<kuiper::ProcessedImage> images,
                           load_images(image_paths, ids));
@@ -179,12 +182,18 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   gflags::SetUsageMessage(
       "kuiper-logits --model M.bin --tokens 1,2,3 --out logits.f32 [--device cpu|cuda] "
-      "[--attention mha|flash1|flash2] [--decode] [--image a.png ...]");
-  Result<std::vector<std::string>> images = take_images(&argc, argv);
-  Status status = images.ok() ? Status::Ok() : images.status();
+      "[--attention mha|flash1|flash2] [--dtype auto|bf16|fp16|fp32] [--decode] "
+      "[--no-cuda-graph] [--image a.png ...]");
+  std::vector<std::string> images;
+  Result<std::vector<std::string>> args = rewrite_args(argc, argv, &images);
+  Status status = args.status();
   if (status.ok()) {
-    gflags::ParseCommandLineFlags(&argc, &argv, true);
-    status = run(*images);
+    std::vector<char*> arg_ptrs;
+    for (std::string& a : *args) arg_ptrs.push_back(a.data());
+    int parsed_argc = static_cast<int>(arg_ptrs.size());
+    char** parsed_argv = arg_ptrs.data();
+    gflags::ParseCommandLineFlags(&parsed_argc, &parsed_argv, true);
+    status = run(images);
   }
   if (!status.ok()) {
     std::fprintf(stderr, "kuiper-logits: %s\n", status.message().c_str());

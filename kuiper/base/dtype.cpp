@@ -1,5 +1,10 @@
 #include "kuiper/base/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
 namespace kuiper {
 
 size_t dtype_size(DataType t) {
@@ -105,6 +110,13 @@ void store_float(void* dst, DataType t, size_t i, float v) {
     default: break;
   }
 }
+float largest_finite(DataType t) {
+  switch (t) {
+    case DataType::kFp16: return 65504.0f;
+    case DataType::kBf16: return bf16_to_float(0x7f7f);
+    default: return std::numeric_limits<float>::max();
+  }
+}
 bool is_float_like(DataType t) {
   return t == DataType::kFp32 || t == DataType::kFp16 || t == DataType::kBf16;
 }
@@ -120,8 +132,23 @@ Status convert_elements(const void* src, DataType src_type, void* dst, DataType 
     std::memcpy(dst, src, n * dtype_size(src_type));
     return Status::Ok();
   }
-#pragma omp parallel for schedule(static) if (n > (1u << 16))
-  for (size_t i = 0; i < n; ++i) store_float(dst, dst_type, i, load_float(src, src_type, i));
+  // The largest finite |value| that rounded to inf (beyond fp16's 65504, say); 0 if none did.
+  float overflow = 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : overflow) if (n > (1u << 16))
+  for (size_t i = 0; i < n; ++i) {
+    const float v = load_float(src, src_type, i);
+    store_float(dst, dst_type, i, v);
+    if (std::isfinite(v) && !std::isfinite(load_float(dst, dst_type, i))) {
+      overflow = std::max(overflow, std::fabs(v));
+    }
+  }
+  if (overflow > 0.0f) {
+    char text[160];
+    std::snprintf(text, sizeof text, "values up to %g in magnitude do not fit %s (largest %g)",
+                  static_cast<double>(overflow), dtype_name(dst_type),
+                  static_cast<double>(largest_finite(dst_type)));
+    return Status::Error(text);
+  }
   return Status::Ok();
 }
 

@@ -39,7 +39,10 @@ inline uint16_t float_to_bf16(float f) {  // round to nearest even, NaN kept qui
 float fp16_to_float(uint16_t bits);
 uint16_t float_to_fp16(float f);  // round to nearest even, overflow to inf
 
-// Converts n elements between float-like types (fp32/fp16/bf16) on the host.
+// Converts n elements between float-like types (fp32/fp16/bf16) on the host. A finite value
+// that does not fit the destination (beyond fp16's 65504) is an error giving the largest such
+// |value|; the elements are all written (those values as inf) before it returns. inf and NaN
+// convert as themselves.
 Status convert_elements(const void* src, DataType src_type, void* dst, DataType dst_type,
                         size_t n);
 

@@ -109,7 +109,12 @@ Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path
     const DataType out = dtype.value_or(t->dtype);
     const size_t n = t->nbytes / dtype_size(t->dtype);
     sources.push_back({spec.name, out, spec.shape, [t, out, n](void* dst) {
-                         return convert_elements(t->data, t->dtype, dst, out, n);
+                         const Status s = convert_elements(t->data, t->dtype, dst, out, n);
+                         if (s.ok() || out != DataType::kFp16) return s;
+                         // Values past 65504 would be inf in the file: refuse, pointing at bf16.
+                         return Status::Error(s.message() +
+                                              "; convert to bf16 (--dtype bf16), which has "
+                                              "fp32's range, or keep the stored dtype");
                        }});
     total_bytes += n * dtype_size(out);
     bytes_through.push_back(total_bytes);

@@ -41,8 +41,9 @@ struct ConvertProgress {
 // Converts the checkpoint in `hf_dir` into the model file `out_path`. Every tensor the config
 // needs must be present with the shape it implies (a missing or mis-shaped tensor is an error
 // naming it); others (lm_head.weight of a tied model, say) are left out. `dtype` (fp32, fp16 or
-// bf16) converts every tensor; without it each keeps its stored dtype. On error no output file
-// is left behind. `progress` is called after each tensor.
+// bf16) converts every tensor; without it each keeps its stored dtype. A tensor whose values do
+// not fit `dtype` (beyond fp16's 65504) is an error naming it and its largest |value|. On error
+// no output file is left behind. `progress` is called after each tensor.
 Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path,
                           std::optional<DataType> dtype,
                           const std::function<void(const ConvertProgress&)>& progress = nullptr);

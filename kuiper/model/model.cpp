@@ -4,24 +4,59 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <optional>
 
 #include <glog/logging.h>
 
+#include "kuiper/model/activation_dtype.h"
 #include "kuiper/model/qwen_model.h"
 
 namespace kuiper {
 
 namespace {
 
+// `options` with the choices it leaves to the loader made (ModelOptions::auto_*), for weights
+// stored as `stored` (none for random weights).
+Result<ModelOptions> resolve_options(const ModelOptions& options,
+                                     std::optional<DataType> stored) {
+  ModelOptions r = options;
+  std::optional<DataType> requested;
+  if (!options.auto_activation) {
+    requested = options.activation;
+  } else if (!stored.has_value()) {
+    return Status::Error("random weights have no stored dtype to follow: set the activation "
+                         "dtype instead of auto");
+  }
+  KUIPER_ASSIGN_OR_RETURN(r.activation, resolve_activation(requested,
+                                                           stored.value_or(options.activation),
+                                                           options.device));
+  if (options.auto_cuda_graph) r.cuda_graph = options.device == DeviceType::kCuda;
+  return r;
+}
+
+// "bf16 activations (auto: the checkpoint's dtype)": the dtype chosen and why.
+std::string activation_summary(const ModelOptions& o, DataType stored) {
+  std::string why;
+  if (!o.auto_activation) {
+    why = std::string("requested; checkpoint ") + dtype_name(stored);
+  } else if (o.device == DeviceType::kCpu) {
+    why = "auto: the CPU computes in fp32";
+  } else {
+    why = "auto: the checkpoint's dtype";
+  }
+  return std::string(dtype_name(o.activation)) + " activations (" + why + ")";
+}
+
 // The load summary logged at --v=1: what was built, how large, how long it took.
-std::string load_summary(const std::string& path, const Model& model, int64_t weight_bytes,
-                         double seconds) {
+std::string load_summary(const std::string& path, const Model& model, DataType stored,
+                         int64_t weight_bytes, double seconds) {
   const ModelOptions& o = model.options();
   char sizes[96];
   std::snprintf(sizes, sizeof(sizes), "decoder weights %.1f MiB, loaded in %.2f s",
                 static_cast<double>(weight_bytes) / (1 << 20), seconds);
-  return path + ": " + device_name(o.device) + ", " + dtype_name(o.activation) +
-         " activations, " + attention_name(o.attention) + " attention, max_context " +
+  return path + ": " + device_name(o.device) + ", " + activation_summary(o, stored) + ", " +
+         attention_name(o.attention) + " attention, " +
+         (o.cuda_graph ? "CUDA graph decode" : "eager decode") + ", max_context " +
          std::to_string(model.max_context()) + ", KV pool " + std::to_string(model.kv_blocks()) +
          " x " + std::to_string(model.kv_block_size()) + " tokens, " + sizes;
 }
@@ -31,14 +66,17 @@ std::string load_summary(const std::string& path, const Model& model, int64_t we
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<ModelFile> file, ModelFile::open(path));
+  const DataType stored = checkpoint_dtype(*file);
+  Result<ModelOptions> resolved = resolve_options(options, stored);
+  if (!resolved.ok()) return resolved.status().With(path);
   switch (file->config().arch) {
     case Architecture::kQwen2:
     case Architecture::kQwen3:
     case Architecture::kQwen3VL: {
       KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
-                              QwenModel::create(std::move(file), options));
+                              QwenModel::create(std::move(file), *resolved));
       VLOG(1) << load_summary(
-          path, *model, model->weight_bytes(),
+          path, *model, stored, model->weight_bytes(),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return std::unique_ptr<Model>(std::move(model));
     }
@@ -50,11 +88,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const ModelO
 
 Result<std::unique_ptr<Model>> Model::random(const ModelConfig& config,
                                              const ModelOptions& options, uint64_t seed) {
+  KUIPER_ASSIGN_OR_RETURN(ModelOptions resolved, resolve_options(options, std::nullopt));
   switch (config.arch) {
     case Architecture::kQwen2:
     case Architecture::kQwen3: {
       KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model,
-                              QwenModel::create_random(config, options, seed));
+                              QwenModel::create_random(config, resolved, seed));
       return std::unique_ptr<Model>(std::move(model));
     }
     default:

@@ -19,7 +19,7 @@ namespace kuiper {
 struct ModelOptions {
   DeviceType device = DeviceType::kCpu;
   AttentionKind attention = AttentionKind::kFlash2;
-  // Activation (and KV cache) dtype: fp32 on the CPU; fp16 or fp32 on CUDA.
+  // Activation (and KV cache) dtype: fp32 on the CPU; bf16, fp16 or fp32 on CUDA.
   DataType activation = DataType::kFp32;
   // KV cache length of one sequence in tokens; 0 means the model's context_limit() (its
   // max_position_embeddings, more with YaRN).
@@ -28,12 +28,20 @@ struct ModelOptions {
   int64_t max_sequences = 1;
   // Decode steps (one text token) run as a CUDA graph captured at a sequence block's first step
   // and replayed at every later one; the step's token and position are read from device memory.
-  // CUDA only.
+  // CUDA only: an error on the CPU.
   bool cuda_graph = false;
   // Prompts longer than this run through the layers this many tokens at a time (the KV cache
   // carries the earlier chunks), so prefill activations stay bounded by the chunk, not the
   // prompt; 0: the whole prompt at once.
   int64_t prefill_chunk = 2048;
+  // Choices left to the loader (the programs' defaults, --dtype auto and no --[no-]cuda-graph;
+  // off here, so library callers get what they set). With auto_activation, `activation` is
+  // ignored and resolve_activation (activation_dtype.h) picks it: the checkpoint's stored dtype
+  // on CUDA, fp32 on the CPU; Model::random, with no stored dtype, refuses it. With
+  // auto_cuda_graph, `cuda_graph` is ignored and decode runs through the graph wherever the
+  // device has one (CUDA). The model's options() hold what was chosen, these flags still set.
+  bool auto_activation = false;
+  bool auto_cuda_graph = false;
 };
 
 class Model {

@@ -8,12 +8,14 @@
 
 DEFINE_string(config, "", "Hugging Face config.json: benchmark that shape with random weights");
 DEFINE_string(model, "", "Kuiper model file (.bin) to benchmark instead of --config");
-DEFINE_string(dtype, "fp16",
-              "fp16, bf16 or fp32 (bf16 weights run as fp16 activations with fp16 matrices)");
+DEFINE_string(dtype, "auto",
+              "activation dtype, which --config's random weights are made in too: auto (the "
+              "dtype --model's weights are stored in, --config's torch_dtype; bf16 with "
+              "--attention-only), bf16, fp16 or fp32");
 DEFINE_int32(prompt, 512, "prompt (prefill) length in tokens");
 DEFINE_int32(gen, 128, "tokens generated after the prompt (after each context with --contexts)");
 DEFINE_string(attention, "flash2", "mha, flash1, flash2, or a comma-separated list");
-DEFINE_bool(cuda_graph, false, "decode through a captured CUDA graph");
+DEFINE_bool(cuda_graph, true, "decode through a captured CUDA graph (--no-cuda-graph: eagerly)");
 DEFINE_int32(repeat, 3, "timed runs per configuration; the median is reported");
 DEFINE_double(max_repeat_s, 5.0,
               "stop repeating a measurement once its timed runs took this many seconds "
@@ -99,7 +101,9 @@ Result<std::vector<int64_t>> split_lengths(const std::string& flag, const std::s
   return out;
 }
 
-Result<kuiper::ModelConfig> read_config() {
+namespace {
+
+Result<json> read_config_json() {
   std::ifstream in(FLAGS_config);
   if (!in) return Status::Error("--config: cannot open " + FLAGS_config);
   json hf;
@@ -108,7 +112,30 @@ Result<kuiper::ModelConfig> read_config() {
   } catch (const std::exception& e) {
     return Status::Error("--config: " + FLAGS_config + ": " + e.what());
   }
+  return hf;
+}
+
+}  // namespace
+
+Result<kuiper::ModelConfig> read_config() {
+  KUIPER_ASSIGN_OR_RETURN(json hf, read_config_json());
   return kuiper::ModelConfig::from_hf(hf);
+}
+
+Result<DataType> read_config_dtype() {
+  KUIPER_ASSIGN_OR_RETURN(json hf, read_config_json());
+  // transformers 5 writes "dtype", earlier versions "torch_dtype".
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    if (!hf.contains(key) || !hf[key].is_string()) continue;
+    const std::string name = hf[key].get<std::string>();
+    if (name == "bfloat16") return DataType::kBf16;
+    if (name == "float16") return DataType::kFp16;
+    if (name == "float32") return DataType::kFp32;
+    return Status::Error("--config: " + FLAGS_config + ": " + key + " '" + name +
+                         "' is not bfloat16, float16 or float32: give --dtype");
+  }
+  return Status::Error("--config: " + FLAGS_config +
+                       " names no torch_dtype for --dtype auto to follow: give --dtype");
 }
 
 }  // namespace kuiper::bench

@@ -8,6 +8,7 @@
 
 #include <gflags/gflags.h>
 
+#include "kuiper/base/dtype.h"
 #include "kuiper/base/status.h"
 #include "kuiper/model/config.h"
 #include "kuiper/op/attention_kind.h"
@@ -50,5 +51,7 @@ Result<std::vector<std::string>> split_kinds(const std::string& list);
 Result<std::vector<int64_t>> split_lengths(const std::string& flag, const std::string& list);
 // The model shape of --config (a Hugging Face config.json).
 Result<ModelConfig> read_config();
+// The dtype --config says the checkpoint is stored in ("dtype" or "torch_dtype").
+Result<DataType> read_config_dtype();
 
 }  // namespace kuiper::bench

@@ -2,8 +2,9 @@
 // markdown tables and as JSON (--json FILE) for scripts/plot_perf.py and scripts/perf_report.sh.
 // README.md beside this file describes each mode, its flags and how to read the figures.
 
-#include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,9 +12,11 @@
 #include <glog/logging.h>
 
 #include "kuiper/base/status.h"
+#include "tools/program_flags.h"
 #ifdef KUIPER_WITH_CUDA
 #include "kuiper/base/allocator.h"
 #include "kuiper/base/cuda_runtime.h"
+#include "kuiper/model/activation_dtype.h"
 #include "kuiper/model/model_file.h"
 #include "tools/bench/attention_bench.h"
 #include "tools/bench/cost_model.h"
@@ -30,16 +33,40 @@ namespace {
 
 #ifdef KUIPER_WITH_CUDA
 
+// The activation dtype, by the programs' rule (resolve_activation), and why: auto follows the
+// weights (--model's stored dtype, --config's torch_dtype); attention-only mode has none and
+// takes bf16, the dtype Qwen publishes.
+struct DtypeChoice {
+  DataType activation;
+  std::string why;
+};
+
+Result<DtypeChoice> choose_dtype() {
+  Result<std::optional<DataType>> requested =
+      kuiper::parse_activation_dtype(FLAGS_dtype, DeviceType::kCuda);
+  if (!requested.ok()) return requested.status().With("--dtype");
+  DataType stored = DataType::kBf16;
+  std::string source = "attention-only: bf16, as Qwen publishes";
+  if (!FLAGS_attention_only && !FLAGS_model.empty() && FLAGS_config.empty()) {
+    KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<kuiper::ModelFile> file,
+                            kuiper::ModelFile::open(FLAGS_model));
+    stored = kuiper::checkpoint_dtype(*file);
+    source = "the dtype --model is stored in";
+  } else if (!FLAGS_attention_only && !FLAGS_config.empty()) {
+    KUIPER_ASSIGN_OR_RETURN(stored, read_config_dtype());
+    source = "the torch_dtype of --config";
+  }
+  KUIPER_ASSIGN_OR_RETURN(DataType activation,
+                          kuiper::resolve_activation(*requested, stored, DeviceType::kCuda));
+  return DtypeChoice{activation, requested->has_value() ? "--dtype" : "auto: " + source};
+}
+
 Status run(const std::string& command) {
   if (!kuiper::cuda_available()) return Status::Error("kuiper-bench needs a usable CUDA GPU");
-  KUIPER_ASSIGN_OR_RETURN(DataType stored, kuiper::parse_dtype(FLAGS_dtype));
-  if (stored != DataType::kFp16 && stored != DataType::kBf16 && stored != DataType::kFp32) {
-    return Status::Error("--dtype: expected fp16, bf16 or fp32, not " + FLAGS_dtype);
-  }
-  // bf16 has no activation kernels: bf16 weights are converted to fp16 at load and run fp16.
-  const DataType activation = stored == DataType::kFp32 ? DataType::kFp32 : DataType::kFp16;
-  if (stored == DataType::kBf16 && FLAGS_json != "-") {
-    std::printf("note: --dtype bf16 runs as fp16 activations with the matrices converted to fp16\n");
+  KUIPER_ASSIGN_OR_RETURN(DtypeChoice dtype, choose_dtype());
+  const DataType activation = dtype.activation;
+  if (FLAGS_json != "-") {
+    std::printf("%s activations (%s)\n", kuiper::dtype_name(activation), dtype.why.c_str());
   }
   KUIPER_ASSIGN_OR_RETURN(std::vector<std::string> kinds, split_kinds(FLAGS_attention));
   KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> contexts, split_lengths("contexts", FLAGS_contexts));
@@ -51,8 +78,8 @@ Status run(const std::string& command) {
   json doc{{"tool", "kuiper-bench"},
            {"command", command},
            {"device", device_info()},
-           {"dtype", FLAGS_dtype},
-           {"activation", kuiper::dtype_name(activation)},
+           {"dtype", kuiper::dtype_name(activation)},
+           {"dtype_choice", dtype.why},
            {"cuda_graph", FLAGS_cuda_graph},
            {"repeat", FLAGS_repeat},
            {"peak_tflop_s", FLAGS_peak_tflops}};
@@ -127,16 +154,13 @@ Status run(const std::string&) { return Status::Error("this build of Kuiper has 
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
   google::InitGoogleLogging(argv[0]);
-  // Accept --cuda-graph as well as gflags' --cuda_graph: dashes in flag names become underscores.
+  // Accept --cuda-graph and --no-cuda-graph as well as gflags' --cuda_graph and --nocuda_graph.
   std::vector<std::string> args(argv, argv + argc);
   std::string command;
   for (const std::string& a : args) command += (command.empty() ? "" : " ") + a;
   std::vector<char*> ptrs;
   for (std::string& a : args) {
-    if (a.rfind("--", 0) == 0) {
-      const size_t end = std::min(a.find('='), a.size());
-      std::replace(a.begin() + 2, a.begin() + static_cast<std::ptrdiff_t>(end), '-', '_');
-    }
+    a = kuiper::gflags_spelling(a);
     ptrs.push_back(a.data());
   }
   int n = static_cast<int>(ptrs.size());

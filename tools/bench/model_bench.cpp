@@ -128,8 +128,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
         step_s > 0 ? decode_bytes(c, elem, FLAGS_prompt + FLAGS_gen / 2.0) / step_s / 1e9 : 0.0;
     const kuiper::cuda::MemoryStats mem = kuiper::cuda::memory_stats();
     report->runs.push_back(json{{"model", setup.name},
-                                {"dtype", FLAGS_dtype},
-                                {"activation", kuiper::dtype_name(setup.activation)},
+                                {"dtype", kuiper::dtype_name(setup.activation)},
                                 {"attention", kind},
                                 {"cuda_graph", FLAGS_cuda_graph},
                                 {"prompt", FLAGS_prompt},

@@ -1,0 +1,51 @@
+#include "tools/program_flags.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <gflags/gflags.h>
+
+#include "kuiper/model/activation_dtype.h"
+
+namespace kuiper {
+
+namespace {
+
+bool is_flag(const std::string& name, bool bool_only) {
+  gflags::CommandLineFlagInfo info;
+  return gflags::GetCommandLineFlagInfo(name.c_str(), &info) && (!bool_only || info.type == "bool");
+}
+
+}  // namespace
+
+std::string gflags_spelling(const std::string& arg) {
+  if (arg.size() < 2 || arg[0] != '-' || arg == "--") return arg;
+  const size_t dashes = arg[1] == '-' ? 2 : 1;
+  const size_t eq = std::min(arg.find('='), arg.size());
+  std::string name = arg.substr(dashes, eq - dashes);
+  std::replace(name.begin(), name.end(), '-', '_');
+  const std::string value = arg.substr(eq);
+  if (is_flag(name, false)) return "--" + name + value;
+  // --no-NAME: gflags' --noNAME for a bool flag NAME.
+  if (name.rfind("no_", 0) == 0 && is_flag(name.substr(3), true)) {
+    return "--no" + name.substr(3) + value;
+  }
+  if (name.rfind("no", 0) == 0 && is_flag(name.substr(2), true)) return "--" + name + value;
+  return arg;
+}
+
+Status set_model_flags(const std::string& dtype, bool cuda_graph, bool graph_given,
+                       ModelOptions* options) {
+  Result<std::optional<DataType>> activation = parse_activation_dtype(dtype, options->device);
+  if (!activation.ok()) return activation.status().With("--dtype");
+  options->auto_activation = !activation->has_value();
+  if (activation->has_value()) options->activation = **activation;
+  if (graph_given && cuda_graph && options->device != DeviceType::kCuda) {
+    return Status::Error("--cuda-graph needs --device cuda");
+  }
+  options->auto_cuda_graph = !graph_given;
+  options->cuda_graph = cuda_graph;
+  return Status::Ok();
+}
+
+}  // namespace kuiper

@@ -1,0 +1,26 @@
+// What the programs that read flags with gflags share: flag names as people type them, and the
+// model flags every program that runs a model has (--dtype, --cuda-graph), with one meaning.
+#pragma once
+
+#include <string>
+
+#include "kuiper/model/model.h"
+
+namespace kuiper {
+
+// `arg` in gflags' spelling when it names a defined flag. gflags spells names with underscores
+// and turns a bool flag off with --noNAME; people type --top-p and --no-cuda-graph:
+// "--no-cuda-graph" -> "--nocuda_graph", "-top-p=0.9" -> "--top_p=0.9" (the value after '='
+// untouched); "--no-think" stays the flag no_think. Anything else (a value, an unknown flag,
+// which gflags then reports) comes back as it is. Call it after the program's flags are defined,
+// that is from main().
+std::string gflags_spelling(const std::string& arg);
+
+// Sets `options`' activation dtype and CUDA graph from --dtype (auto|bf16|fp16|fp32, checked
+// against options->device) and --cuda-graph: left out (`graph_given` false), the graph is used
+// where the device has one; asked for on a device without one, it is an error. Errors name the
+// flag.
+Status set_model_flags(const std::string& dtype, bool cuda_graph, bool graph_given,
+                       ModelOptions* options);
+
+}  // namespace kuiper
