@@ -95,7 +95,7 @@ std::vector<OpCase> varlen_attention_cases() {
                                      {4, 40, {0, 7, 64, 65, 130}}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
-    for (DataType act : kFloatTypes) {  // the vision tower runs in each
+    for (DataType act : kActivations) {
       const int64_t T = s.cu.back(), W = s.heads * s.d;
       const int64_t heads = s.heads;
       cases.push_back({"varlen_attention heads " + std::to_string(s.heads) + " d " +

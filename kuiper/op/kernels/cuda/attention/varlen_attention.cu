@@ -132,7 +132,7 @@ Status varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   const dim3 grid(blocks_for(T, kQueries), static_cast<unsigned>(heads));
   // log2(e) / sqrt(d): scores in the log2 domain, each exponential one ex2.
   const float scale = 1.4426950408889634f / std::sqrt(static_cast<float>(d));
-  return visit_float(q.dtype(), [&](auto tag) {
+  return visit_activation(q.dtype(), [&](auto tag) {
     using TX = typename decltype(tag)::type;
     varlen_attention_kernel<TX><<<grid, kQueries * 32, smem, stream()>>>(
         q.data<TX>(), k.data<TX>(), v.data<TX>(), cu_seqlens.data<int32_t>(),
