@@ -19,7 +19,19 @@
    and with all logits) and greedy decode tok/s after it (one token per step through its KV
    cache, the argmax copied to the host every step as kuiper-bench does).
 
+3. --batched (alone): the throughput peer of kuiper-bench --throughput (issue 13), a
+   hand-written Qwen3 decode step for B sequences at once captured in one CUDA graph: fused
+   qkv and gate/up projections (cuBLAS through torch.matmul), RMSNorm, q/k norm and RoPE in
+   PyTorch ops, a static KV cache of --context rows (random values) plus the new token per
+   sequence, and SDPA (the query heads of each kv head as its query rows, so GQA needs no
+   copy of K/V), then the lm_head and the arg-max fed back as the next step's input. Random
+   fp16 weights of --config's shape. Each B of --batch-sizes: the graph replayed --steps
+   times, the tokens copied to the host after each step as a generation loop does (the
+   median of 3 runs): ms per step, output tok/s (B tokens per step) and the GB/s of the
+   weights and KV rows a step reads.
+
   python3 scripts/peer_bench.py --config models/qwen3-8b.json --json peer.json
+  python3 scripts/peer_bench.py --batched --config models/qwen3-8b.json --json batched.json
 
 Prints a short table and writes every measurement as JSON. No network is used.
 """
@@ -47,6 +59,12 @@ def parse_args():
     p.add_argument("--skip-hf", action="store_true", help="SDPA only")
     p.add_argument("--no-graph", action="store_true",
                    help="SDPA: time only the calls issued from Python (no CUDA graph replay)")
+    p.add_argument("--batched", action="store_true",
+                   help="only the batched decode peer (kuiper-bench --throughput's)")
+    p.add_argument("--batch-sizes", default="1,8,32,64,128,256", help="--batched: sequences B")
+    p.add_argument("--context", type=int, default=512,
+                   help="--batched: cached tokens each sequence attends to (plus its new one)")
+    p.add_argument("--steps", type=int, default=16, help="--batched: decode steps per timed run")
     p.add_argument("--peak-tflops", type=float, default=989.4,
                    help="compute ceiling for percentages (H100 SXM dense fp16 datasheet figure)")
     return p.parse_args()
@@ -281,6 +299,108 @@ def bench_hf(torch, args):
     return result
 
 
+def bench_batched(torch, args):
+    import torch.nn.functional as F
+
+    with open(args.config) as f:
+        cfg = json.load(f)
+    H, I, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    NH, KVH = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = cfg.get("head_dim") or H // NH
+    V, eps, theta = cfg["vocab_size"], cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 1e6)
+    G, ctx = NH // KVH, args.context
+    batches = lengths(args.batch_sizes)
+    dev, dt = "cuda", torch.float16
+
+    def weight(*shape):
+        return torch.empty(*shape, device=dev, dtype=dt).normal_(0.0, 0.02)
+
+    def norm_weight(n):
+        return torch.empty(n, device=dev, dtype=dt).uniform_(0.9, 1.1)
+
+    torch.cuda.synchronize()
+    t0 = time.time()
+    layers = [{"ln1": norm_weight(H), "wqkv": weight((NH + 2 * KVH) * D, H), "qn": norm_weight(D),
+               "kn": norm_weight(D), "wo": weight(H, NH * D), "ln2": norm_weight(H),
+               "wgu": weight(2 * I, H), "wd": weight(H, I)} for _ in range(L)]
+    embed = weight(V, H)
+    lm_head = embed if cfg.get("tie_word_embeddings", False) else weight(V, H)
+    final_norm = norm_weight(H)
+    # The cache of the largest batch: [B, kv heads, context + 1, D] per layer, the last row the
+    # step's own token; a smaller batch uses the first B sequences (a contiguous view).
+    bmax = max(batches)
+    kcache = [torch.randn(bmax, KVH, ctx + 1, D, device=dev, dtype=dt) for _ in range(L)]
+    vcache = [torch.randn(bmax, KVH, ctx + 1, D, device=dev, dtype=dt) for _ in range(L)]
+    inv_freq = theta ** (-torch.arange(0, D, 2, device=dev, dtype=torch.float32) / D)
+    angle = ctx * inv_freq
+    cos = torch.cat([angle.cos(), angle.cos()]).to(dt)
+    sin = torch.cat([angle.sin(), angle.sin()]).to(dt)
+    ids = torch.randint(0, V, (bmax,), device=dev)
+    torch.cuda.synchronize()
+    build_s = time.time() - t0
+
+    def rope(x):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+    def step(B):
+        tokens = ids[:B]
+        x = embed[tokens]
+        for layer, p in enumerate(layers):
+            h = F.rms_norm(x, (H,), p["ln1"], eps)
+            q, k, v = (h @ p["wqkv"].t()).split([NH * D, KVH * D, KVH * D], dim=-1)
+            q = rope(F.rms_norm(q.view(B, NH, D), (D,), p["qn"], eps))
+            k = rope(F.rms_norm(k.view(B, KVH, D), (D,), p["kn"], eps))
+            kc, vc = kcache[layer][:B], vcache[layer][:B]
+            kc[:, :, ctx] = k
+            vc[:, :, ctx] = v.view(B, KVH, D)
+            # Query heads j*G .. j*G+G-1 share kv head j: they are that head's G query rows.
+            o = F.scaled_dot_product_attention(q.view(B, KVH, G, D), kc, vc)
+            x = x + o.reshape(B, NH * D) @ p["wo"].t()
+            h = F.rms_norm(x, (H,), p["ln2"], eps)
+            gate, up = (h @ p["wgu"].t()).chunk(2, dim=-1)
+            x = x + (F.silu(gate) * up) @ p["wd"].t()
+        logits = F.rms_norm(x, (H,), final_norm, eps) @ lm_head.t()
+        tokens.copy_(logits.argmax(-1))
+
+    weight_bytes = 2.0 * (sum(t.numel() for p in layers for t in p.values()) + V * H + H)
+    rows = []
+    with torch.inference_mode():
+        for B in batches:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up (cuBLAS handles, workspaces) off the capture stream
+                for _ in range(2):
+                    step(B)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step(B)
+
+            def run(n):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                for _ in range(n):
+                    graph.replay()
+                    ids[:B].tolist()  # the tokens to the host, as a generation loop needs them
+                return (time.perf_counter() - t) / n
+
+            run(3)
+            seconds = statistics.median(run(args.steps) for _ in range(3))
+            kv_bytes = 2.0 * L * B * (ctx + 1) * KVH * D * 2
+            rows.append({"peer": "torch-graph-decode", "batch": B, "context": ctx,
+                         "ms_per_step": seconds * 1e3, "output_tok_s": B / seconds,
+                         "bytes_per_step": weight_bytes + kv_bytes,
+                         "gb_s": (weight_bytes + kv_bytes) / seconds / 1e9, "steps": args.steps,
+                         "build_s": build_s})
+            del graph
+            torch.cuda.empty_cache()
+    del layers, embed, lm_head, kcache, vcache
+    torch.cuda.empty_cache()
+    return rows
+
+
 def _cache_takes_config(transformers):
     import inspect
     try:
@@ -292,7 +412,7 @@ def _cache_takes_config(transformers):
 def main():
     args = parse_args()
     report = {"tool": "peer_bench", "command": " ".join(sys.argv), "peak_tflop_s": args.peak_tflops,
-              "sdpa": [], "hf": None, "errors": []}
+              "sdpa": [], "hf": None, "batched": [], "errors": []}
     try:
         import torch
     except ImportError as e:
@@ -301,23 +421,27 @@ def main():
     if torch is not None:
         report["torch"] = torch.__version__
         report["device"] = {"name": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
-        # transformers first: a failed graph capture in the SDPA part cannot spoil it.
-        if not args.skip_hf:
+        peers = [("batched", bench_batched)] if args.batched else (
+            # transformers first: a failed graph capture in the SDPA part cannot spoil it.
+            ([] if args.skip_hf else [("hf", bench_hf)]) + [("sdpa", bench_sdpa)])
+        for name, bench in peers:
             try:
-                report["hf"] = bench_hf(torch, args)
+                report[name] = bench(torch, args)
             except Exception as e:  # noqa: BLE001 - report and go on to the next peer
-                report["errors"].append("hf: " + "".join(traceback.format_exception_only(type(e), e)).strip())
+                report["errors"].append(name + ": " + "".join(traceback.format_exception_only(type(e), e)).strip())
                 traceback.print_exc()
-        try:
-            report["sdpa"] = bench_sdpa(torch, args)
-        except Exception as e:  # noqa: BLE001
-            report["errors"].append("sdpa: " + "".join(traceback.format_exception_only(type(e), e)).strip())
-            traceback.print_exc()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
-    print("| peer | phase | kv len | queries | us | us eager | KV GB/s | TFLOP/s | GQA | timing |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    if report["batched"]:
+        print("| peer | B | context | ms/step | output tok/s | GB/s |")
+        print("|---|---|---|---|---|---|")
+        for r in report["batched"]:
+            print(f"| {r['peer']} | {r['batch']} | {r['context']} | {r['ms_per_step']:.2f} | "
+                  f"{r['output_tok_s']:.0f} | {r['gb_s']:.0f} |")
+    if report["sdpa"]:
+        print("| peer | phase | kv len | queries | us | us eager | KV GB/s | TFLOP/s | GQA | timing |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
     for r in report["sdpa"]:
         print(f"| {r['attention']} | {r['phase']} | {r['kv_len']} | {r['queries']} | {r['us']:.1f} | "
               f"{r['us_eager']:.1f} | {r['kv_gb_s']:.0f} | {r['tflop_s']:.1f} | {r['gqa'][:20]} | {r['timing']} |")

@@ -45,4 +45,18 @@ double prefill_flops(const kuiper::ModelConfig& c, int64_t T) {
          2.0 * c.vocab_size * c.hidden_size;
 }
 
+double served_flops(const kuiper::ModelConfig& c, const ServedRequest& r) {
+  const int64_t run = r.prompt - r.cached + r.output - 1;
+  return 2.0 * layer_matrix_params(c) * static_cast<double>(run) +
+         c.num_layers * causal_attention_flops(c.num_heads, c.head_dim, r.cached, run) +
+         2.0 * c.vocab_size * c.hidden_size * static_cast<double>(r.output);
+}
+
+double served_decode_kv_bytes(const kuiper::ModelConfig& c, size_t elem, const ServedRequest& r) {
+  // Decode token k = 1 .. output-1 runs at position prompt + k - 1 and reads prompt + k rows.
+  const double steps = static_cast<double>(r.output - 1);
+  const double rows = steps * static_cast<double>(r.prompt) + steps * (steps + 1) / 2.0;
+  return 2.0 * c.num_layers * c.kv_dim() * rows * static_cast<double>(elem);
+}
+
 }  // namespace kuiper::bench

@@ -27,4 +27,18 @@ double causal_attention_flops(int64_t heads, int64_t head_dim, int64_t start, in
 // in every layer, and the lm_head for the last token only.
 double prefill_flops(const kuiper::ModelConfig& c, int64_t T);
 
+// One served request as the model runs it: a prompt of `prompt` tokens whose first `cached` came
+// from the prefix cache, then `output` sampled tokens (the last one never runs).
+struct ServedRequest {
+  int64_t prompt = 0;
+  int64_t cached = 0;
+  int64_t output = 0;
+};
+// FLOPs of serving `r`: every layer matrix for each token run, causal attention over the cache in
+// every layer, and the lm_head for each sampled token.
+double served_flops(const kuiper::ModelConfig& c, const ServedRequest& r);
+// Bytes the decode steps of `r` read from the KV cache: each token after the first attends to
+// every row before it.
+double served_decode_kv_bytes(const kuiper::ModelConfig& c, size_t elem, const ServedRequest& r);
+
 }  // namespace kuiper::bench

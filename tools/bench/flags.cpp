@@ -61,6 +61,29 @@ DEFINE_string(decode_kv_lens, "",
 DEFINE_string(causal_lens, "",
               "attention-only: causal prefill of T queries over T keys from position 0 for "
               "each of these T");
+DEFINE_bool(throughput, false,
+            "serve --num-prompts random prompts through the Engine at each --concurrency and "
+            "report tok/s, TTFT and inter-token latency");
+DEFINE_string(device, "cuda", "throughput: cuda or cpu (cpu runs fp32: --dtype fp32)");
+DEFINE_int32(num_prompts, 0,
+             "throughput: requests, all queued at the start (0: 4 x the concurrency at each "
+             "point, the first of one random sequence of prompts)");
+DEFINE_int32(input_len, 512, "throughput: prompt tokens per request (the mean with --len-jitter)");
+DEFINE_int32(output_len, 128,
+             "throughput: tokens generated per request, end tokens ignored (the mean with "
+             "--len-jitter)");
+DEFINE_double(len_jitter, 0.0,
+              "throughput: draw each request's lengths uniformly within this fraction of "
+              "--input-len and --output-len (0: fixed; below 1)");
+DEFINE_string(concurrency, "1,8,64,256",
+              "throughput: requests running at once (the engine's max batch), one run each");
+DEFINE_int32(shared_prefix, 0,
+             "throughput: every prompt starts with the same this many tokens (a system prompt)");
+DEFINE_int64(max_batch_tokens, 2048, "throughput: tokens one engine step runs at most");
+DEFINE_bool(warmup, true,
+            "throughput: before each concurrency, run that many short requests on a fresh "
+            "engine (cuBLAS heuristics, CUDA graphs)");
+DEFINE_uint64(seed, 1, "throughput: seed of the random prompts and lengths");
 
 namespace kuiper::bench {
 

@@ -42,6 +42,17 @@ DECLARE_int32(decode_grid);
 DECLARE_bool(pdl);
 DECLARE_string(decode_kv_lens);
 DECLARE_string(causal_lens);
+DECLARE_bool(throughput);
+DECLARE_string(device);
+DECLARE_int32(num_prompts);
+DECLARE_int32(input_len);
+DECLARE_int32(output_len);
+DECLARE_double(len_jitter);
+DECLARE_string(concurrency);
+DECLARE_int32(shared_prefix);
+DECLARE_int64(max_batch_tokens);
+DECLARE_bool(warmup);
+DECLARE_uint64(seed);
 
 namespace kuiper::bench {
 

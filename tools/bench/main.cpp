@@ -1,5 +1,6 @@
-// kuiper-bench: how fast a model, the attention op or the matmul op runs on this GPU, as
-// markdown tables and as JSON (--json FILE) for scripts/plot_perf.py and scripts/perf_report.sh.
+// kuiper-bench: how fast a model, the attention op or the matmul op runs on this GPU, or how
+// much the Engine serves (--throughput, also on the CPU), as markdown tables and as JSON
+// (--json FILE) for scripts/plot_perf.py and scripts/perf_report.sh.
 // README.md beside this file describes each mode, its flags and how to read the figures.
 
 #include <cstdio>
@@ -11,27 +12,43 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
-#include "kuiper/base/status.h"
-#include "tools/program_flags.h"
-#ifdef KUIPER_WITH_CUDA
 #include "kuiper/base/allocator.h"
-#include "kuiper/base/cuda_runtime.h"
+#include "kuiper/base/status.h"
 #include "kuiper/model/activation_dtype.h"
+#include "tools/program_flags.h"
 #include "kuiper/model/model_file.h"
-#include "tools/bench/attention_bench.h"
-#include "tools/bench/cost_model.h"
 #include "tools/bench/device.h"
 #include "tools/bench/flags.h"
+#include "tools/bench/report.h"
+#include "tools/bench/throughput_bench.h"
+#ifdef KUIPER_WITH_CUDA
+#include "kuiper/base/cuda_runtime.h"
+#include "tools/bench/attention_bench.h"
+#include "tools/bench/cost_model.h"
 #include "tools/bench/matmul_bench.h"
 #include "tools/bench/model_bench.h"
-#include "tools/bench/report.h"
 #endif
 
 namespace kuiper::bench {
 
 namespace {
 
-#ifdef KUIPER_WITH_CUDA
+// The model shape to benchmark and its name: --model's, or --config's.
+Status read_model_shape(kuiper::ModelConfig* config, std::string* name) {
+  if (FLAGS_config.empty() == FLAGS_model.empty()) {
+    return Status::Error("give exactly one of --config CONFIG.json and --model M.bin");
+  }
+  if (!FLAGS_model.empty()) {
+    KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<kuiper::ModelFile> file,
+                            kuiper::ModelFile::open(FLAGS_model));
+    *config = file->config();
+    *name = FLAGS_model;
+    return Status::Ok();
+  }
+  KUIPER_ASSIGN_OR_RETURN(*config, read_config());
+  *name = FLAGS_config.substr(FLAGS_config.find_last_of('/') + 1);
+  return Status::Ok();
+}
 
 // The activation dtype, by the programs' rule (resolve_activation), and why: auto follows the
 // weights (--model's stored dtype, --config's torch_dtype); attention-only mode has none and
@@ -41,9 +58,9 @@ struct DtypeChoice {
   std::string why;
 };
 
-Result<DtypeChoice> choose_dtype() {
+Result<DtypeChoice> choose_dtype(DeviceType device) {
   Result<std::optional<DataType>> requested =
-      kuiper::parse_activation_dtype(FLAGS_dtype, DeviceType::kCuda);
+      kuiper::parse_activation_dtype(FLAGS_dtype, device);
   if (!requested.ok()) return requested.status().With("--dtype");
   DataType stored = DataType::kBf16;
   std::string source = "attention-only: bf16, as Qwen publishes";
@@ -57,13 +74,82 @@ Result<DtypeChoice> choose_dtype() {
     source = "the torch_dtype of --config";
   }
   KUIPER_ASSIGN_OR_RETURN(DataType activation,
-                          kuiper::resolve_activation(*requested, stored, DeviceType::kCuda));
+                          kuiper::resolve_activation(*requested, stored, device));
   return DtypeChoice{activation, requested->has_value() ? "--dtype" : "auto: " + source};
 }
 
-Status run(const std::string& command) {
+Status run_throughput(const std::string& command) {
+  KUIPER_ASSIGN_OR_RETURN(std::vector<std::string> kinds, split_kinds(FLAGS_attention));
+  KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> concurrency,
+                          split_lengths("concurrency", FLAGS_concurrency));
+  if (concurrency.empty()) return Status::Error("--concurrency: no value given");
+  if (FLAGS_num_prompts < 0) return Status::Error("--num-prompts must be >= 0");
+  if (FLAGS_input_len < 1 || FLAGS_output_len < 1) {
+    return Status::Error("--input-len and --output-len must be >= 1");
+  }
+  if (!(FLAGS_len_jitter >= 0 && FLAGS_len_jitter < 1)) {
+    return Status::Error("--len-jitter must be in [0, 1), not " + std::to_string(FLAGS_len_jitter));
+  }
+  if (FLAGS_shared_prefix < 0) return Status::Error("--shared-prefix must be >= 0");
+  if (FLAGS_max_batch_tokens < 1) return Status::Error("--max-batch-tokens must be >= 1");
+  ThroughputSetup setup;
+  const Result<DeviceType> device = kuiper::parse_device(FLAGS_device);
+  if (!device.ok()) return device.status().With("--device");
+  setup.device = device.value();
+  KUIPER_ASSIGN_OR_RETURN(DtypeChoice dtype, choose_dtype(setup.device));
+  setup.activation = dtype.activation;
+  json doc{{"tool", "kuiper-bench"}, {"command", command}, {"mode", "throughput"},
+           {"dtype", kuiper::dtype_name(dtype.activation)},
+           {"dtype_choice", dtype.why},
+           {"cuda_graph", FLAGS_cuda_graph && setup.device == DeviceType::kCuda},
+           {"peak_tflop_s", FLAGS_peak_tflops}};
+  if (setup.device == DeviceType::kCpu) {
+    doc["device"] = json{{"name", "cpu"}};
+  } else {
+#ifdef KUIPER_WITH_CUDA
+    if (!kuiper::cuda_available()) {
+      return Status::Error("--device cuda needs a usable CUDA GPU (or give --device cpu)");
+    }
+    doc["device"] = device_info();
+    KUIPER_ASSIGN_OR_RETURN(setup.copy_gbs, copy_bandwidth_gbs());
+    setup.usable_bytes = static_cast<double>(usable_bytes());
+    doc["copy_gb_s"] = setup.copy_gbs;
+#else
+    return Status::Error("this build of Kuiper has no CUDA support: give --device cpu");
+#endif
+  }
+  doc["activation"] = kuiper::dtype_name(setup.activation);
+  KUIPER_RETURN_IF_ERROR(read_model_shape(&setup.config, &setup.name));
+  doc["model"] = setup.name;
+  Report report;
+  // One JSON line per concurrency as it is measured (unless stdout is the JSON document), the
+  // file rewritten after each so a run cut short keeps what it measured.
+  auto on_point = [&](const json& point) -> Status {
+    if (FLAGS_json == "-") return Status::Ok();
+    std::printf("%s\n", point.dump().c_str());
+    std::fflush(stdout);
+    if (FLAGS_json.empty()) return Status::Ok();
+    fill(&doc, report);
+    return write_json(doc);
+  };
+  for (const std::string& kind : kinds) {
+    const Status s = bench_throughput(kind, setup, concurrency, &report, on_point);
+    if (!s.ok()) return s.With(kind);
+  }
+  fill(&doc, report);
+  if (FLAGS_json != "-") {
+    std::printf("\n");
+    print_tables(report, setup.copy_gbs);
+  }
+  if (!FLAGS_json.empty()) KUIPER_RETURN_IF_ERROR(write_json(doc));
+  return Status::Ok();
+}
+
+#ifdef KUIPER_WITH_CUDA
+
+Status run_on_gpu(const std::string& command) {
   if (!kuiper::cuda_available()) return Status::Error("kuiper-bench needs a usable CUDA GPU");
-  KUIPER_ASSIGN_OR_RETURN(DtypeChoice dtype, choose_dtype());
+  KUIPER_ASSIGN_OR_RETURN(DtypeChoice dtype, choose_dtype(DeviceType::kCuda));
   const DataType activation = dtype.activation;
   if (FLAGS_json != "-") {
     std::printf("%s activations (%s)\n", kuiper::dtype_name(activation), dtype.why.c_str());
@@ -100,9 +186,6 @@ Status run(const std::string& command) {
       }
     }
   } else {
-    if (FLAGS_config.empty() == FLAGS_model.empty()) {
-      return Status::Error("give exactly one of --config CONFIG.json and --model M.bin");
-    }
     if (FLAGS_prompt < 1 || FLAGS_gen < 0 || (!contexts.empty() && FLAGS_gen < 1)) {
       return Status::Error("--prompt must be >= 1 and --gen >= 0 (>= 1 with --contexts)");
     }
@@ -110,15 +193,7 @@ Status run(const std::string& command) {
     ModelSetup setup;
     setup.activation = activation;
     setup.copy_gbs = copy_gbs;
-    if (!FLAGS_model.empty()) {
-      KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<kuiper::ModelFile> file,
-                              kuiper::ModelFile::open(FLAGS_model));
-      setup.config = file->config();
-      setup.name = FLAGS_model;
-    } else {
-      KUIPER_ASSIGN_OR_RETURN(setup.config, read_config());
-      setup.name = FLAGS_config.substr(FLAGS_config.find_last_of('/') + 1);
-    }
+    KUIPER_RETURN_IF_ERROR(read_model_shape(&setup.config, &setup.name));
     const size_t elem = kuiper::dtype_size(activation);
     doc["model"] = setup.name;
     doc["weights_bytes"] = weight_bytes(setup.config, elem);
@@ -143,9 +218,16 @@ Status run(const std::string& command) {
 
 #else
 
-Status run(const std::string&) { return Status::Error("this build of Kuiper has no CUDA support"); }
+Status run_on_gpu(const std::string&) {
+  return Status::Error("this build of Kuiper has no CUDA support (--throughput --device cpu runs "
+                       "without it)");
+}
 
 #endif
+
+Status run(const std::string& command) {
+  return FLAGS_throughput ? run_throughput(command) : run_on_gpu(command);
+}
 
 }  // namespace
 
