@@ -64,18 +64,24 @@ Result<DtypeChoice> choose_dtype(DeviceType device) {
   if (!requested.ok()) return requested.status().With("--dtype");
   DataType stored = DataType::kBf16;
   std::string source = "attention-only: bf16, as Qwen publishes";
-  if (!FLAGS_attention_only && !FLAGS_model.empty() && FLAGS_config.empty()) {
+  // Only auto on a GPU follows the weights: an explicit --dtype needs no torch_dtype.
+  const bool follow = !requested->has_value() && device == DeviceType::kCuda;
+  if (!follow) {
+    source = requested->has_value() ? "--dtype" : "auto: the CPU computes in fp32";
+  } else if (!FLAGS_attention_only && !FLAGS_model.empty() && FLAGS_config.empty()) {
     KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<kuiper::ModelFile> file,
                             kuiper::ModelFile::open(FLAGS_model));
     stored = kuiper::checkpoint_dtype(*file);
-    source = "the dtype --model is stored in";
+    source = "auto: the dtype --model is stored in";
   } else if (!FLAGS_attention_only && !FLAGS_config.empty()) {
     KUIPER_ASSIGN_OR_RETURN(stored, read_config_dtype());
-    source = "the torch_dtype of --config";
+    source = "auto: the torch_dtype of --config";
+  } else {
+    source = "auto: " + source;
   }
   KUIPER_ASSIGN_OR_RETURN(DataType activation,
                           kuiper::resolve_activation(*requested, stored, device));
-  return DtypeChoice{activation, requested->has_value() ? "--dtype" : "auto: " + source};
+  return DtypeChoice{activation, source};
 }
 
 Status run_throughput(const std::string& command) {
