@@ -62,6 +62,11 @@ Result<DtypeChoice> choose_dtype(DeviceType device) {
   Result<std::optional<DataType>> requested =
       kuiper::parse_activation_dtype(FLAGS_dtype, device);
   if (!requested.ok()) return requested.status().With("--dtype");
+  if (requested->has_value() || device == DeviceType::kCpu) {  // no stored dtype to follow
+    KUIPER_ASSIGN_OR_RETURN(DataType activation,
+                            kuiper::resolve_activation(*requested, DataType::kFp32, device));
+    return DtypeChoice{activation, requested->has_value() ? "--dtype" : "auto: the CPU's fp32"};
+  }
   DataType stored = DataType::kBf16;
   std::string source = "attention-only: bf16, as Qwen publishes";
   if (!FLAGS_attention_only && !FLAGS_model.empty() && FLAGS_config.empty()) {
