@@ -216,7 +216,8 @@ int infer_main(int argc, char** argv, Architecture family) {
            ? "  " + program + " --model M.bin --image a.png --prompt \"...\"   a prompt with "
              "an image (repeat --image for several; -i: /image PATH)\n"
            : std::string()) +
-      "Flags may be written with dashes or underscores (--top-p, --top_p).");
+      "Flags may be written with dashes or underscores (--top-p, --top_p); --no-NAME turns a "
+      "flag off (--no-cuda-graph).");
   int exit_code = 1;
   const Status status = run(argc, argv, family, program.c_str(), &exit_code);
   if (!status.ok()) {

@@ -34,7 +34,7 @@ std::unique_ptr<Model> load_cpu(const std::string& path, int64_t max_context) {
 
 // Where a model under test and its golden come from.
 enum class Origin {
-  kSharedFixture,  // test/data/fixtures, goldens from ../shared (chat.greedy recorded apart)
+  kSharedFixture,  // test/data/fixtures, goldens of the team fixtures (chat.greedy recorded apart)
   kFixture,        // test/data/fixtures, goldens from scripts/hf_golden.py
   kConfig,         // a folder of test/data/configs
 };

@@ -115,7 +115,7 @@ TEST(ThroughputCli, BadFlagsAreOneClearError) {
       {{"--len-jitter", "1.5"}, "--len-jitter must be in [0, 1)"},
       {{"--concurrency", "4,0"}, "--concurrency: '0' is not a positive integer"},
       {{"--device", "tpu"}, "--device: unknown device 'tpu'"},
-      {{"--dtype", "fp16"}, "--dtype: fp16 on the cpu"},
+      {{"--dtype", "fp16"}, "--dtype: fp16 on the cpu: the CPU computes in fp32"},
       {{"--output-len", "0"}, "--output-len must be >= 1"},
   };
   for (const Bad& c : cases) {

@@ -62,26 +62,25 @@ Result<DtypeChoice> choose_dtype(DeviceType device) {
   Result<std::optional<DataType>> requested =
       kuiper::parse_activation_dtype(FLAGS_dtype, device);
   if (!requested.ok()) return requested.status().With("--dtype");
+  if (requested->has_value() || device == DeviceType::kCpu) {  // no stored dtype to follow
+    KUIPER_ASSIGN_OR_RETURN(DataType activation,
+                            kuiper::resolve_activation(*requested, DataType::kFp32, device));
+    return DtypeChoice{activation, requested->has_value() ? "--dtype" : "auto: the CPU's fp32"};
+  }
   DataType stored = DataType::kBf16;
   std::string source = "attention-only: bf16, as Qwen publishes";
-  // Only auto on a GPU follows the weights: an explicit --dtype needs no torch_dtype.
-  const bool follow = !requested->has_value() && device == DeviceType::kCuda;
-  if (!follow) {
-    source = requested->has_value() ? "--dtype" : "auto: the CPU computes in fp32";
-  } else if (!FLAGS_attention_only && !FLAGS_model.empty() && FLAGS_config.empty()) {
+  if (!FLAGS_attention_only && !FLAGS_model.empty() && FLAGS_config.empty()) {
     KUIPER_ASSIGN_OR_RETURN(std::shared_ptr<kuiper::ModelFile> file,
                             kuiper::ModelFile::open(FLAGS_model));
     stored = kuiper::checkpoint_dtype(*file);
-    source = "auto: the dtype --model is stored in";
+    source = "the dtype --model is stored in";
   } else if (!FLAGS_attention_only && !FLAGS_config.empty()) {
     KUIPER_ASSIGN_OR_RETURN(stored, read_config_dtype());
-    source = "auto: the torch_dtype of --config";
-  } else {
-    source = "auto: " + source;
+    source = "the torch_dtype of --config";
   }
   KUIPER_ASSIGN_OR_RETURN(DataType activation,
                           kuiper::resolve_activation(*requested, stored, device));
-  return DtypeChoice{activation, source};
+  return DtypeChoice{activation, requested->has_value() ? "--dtype" : "auto: " + source};
 }
 
 Status run_throughput(const std::string& command) {
