@@ -95,6 +95,17 @@ TEST(ThroughputCli, DistinctPromptsShareNothing) {
   EXPECT_EQ(points[0]["prefilled_tokens"], points[0]["prompt_tokens"]);
 }
 
+TEST(ThroughputCli, RequestsShorterThanTheWarmUpsFit) {
+  // The warm-up generates 4 tokens after up to 16: the model's context must hold that too.
+  const CliResult r = run_bench({"--concurrency", "2", "--input-len", "3", "--output-len", "1",
+                                 "--len-jitter", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json> points = points_of(r.out);
+  ASSERT_EQ(points.size(), 1u) << r.out;
+  EXPECT_EQ(points[0]["output_tokens"], 6);
+  EXPECT_EQ(points[0]["itl_ms_p99"], 0.0) << "one token each: no gaps";
+}
+
 TEST(ThroughputCli, BadFlagsAreOneClearError) {
   struct Bad {
     std::vector<std::string> args;

@@ -64,7 +64,7 @@ DEFINE_string(causal_lens, "",
 DEFINE_bool(throughput, false,
             "serve --num-prompts random prompts through the Engine at each --concurrency and "
             "report tok/s, TTFT and inter-token latency");
-DEFINE_string(device, "cuda", "throughput: cuda or cpu (cpu runs fp32: --dtype fp32)");
+DEFINE_string(device, "cuda", "throughput: cuda or cpu (the CPU runs fp32)");
 DEFINE_int32(num_prompts, 0,
              "throughput: requests, all queued at the start (0: 4 x the concurrency at each "
              "point, the first of one random sequence of prompts)");

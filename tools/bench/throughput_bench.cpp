@@ -60,7 +60,8 @@ Workload make_workload(const kuiper::ModelConfig& c, const WorkloadShape& shape)
   for (int32_t& id : prefix) id = token(rng);
   Workload w;
   for (int64_t i = 0; i < shape.requests; ++i) {
-    const auto length = static_cast<size_t>(std::max(draw(shape.input_len), shape.shared_prefix + 1));
+    const auto length =
+        static_cast<size_t>(std::max(draw(shape.input_len), shape.shared_prefix + 1));
     std::vector<int32_t> prompt = prefix;
     while (prompt.size() < length) prompt.push_back(token(rng));
     w.prompts.push_back(std::move(prompt));
@@ -101,10 +102,9 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
     arrivals[i].reserve(static_cast<size_t>(w.outputs[i]));
     options.max_tokens = w.outputs[i];
     std::vector<Clock::time_point>* times = &arrivals[i];
-    KUIPER_ASSIGN_OR_RETURN(
-        const int64_t id,
-        engine->add_request(w.prompts[i], {}, options,
-                            [times](const std::string&) { times->push_back(Clock::now()); }));
+    TextCallback on_text = [times](const std::string&) { times->push_back(Clock::now()); };
+    KUIPER_ASSIGN_OR_RETURN(const int64_t id,
+                            engine->add_request(w.prompts[i], {}, options, std::move(on_text)));
     index[id] = i;
   }
   Served s;
@@ -121,8 +121,7 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
       if (g.ids.size() != want || arrivals[i].size() != want) {
         return Status::Error(which + ": " + std::to_string(g.ids.size()) + " tokens (" +
                              std::to_string(arrivals[i].size()) + " streamed) of " +
-                             std::to_string(want) + ", finished: " +
-                             finish_reason_name(g.finish));
+                             std::to_string(want) + ", finished: " + finish_reason_name(g.finish));
       }
       const auto prompt = static_cast<int64_t>(w.prompts[i].size());
       s.requests[i] = {prompt, prompt - g.stats.prefilled_tokens, w.outputs[i]};
@@ -131,7 +130,9 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
   s.seconds = seconds_between(start, Clock::now());
   for (const std::vector<Clock::time_point>& times : arrivals) {
     s.ttft.push_back(seconds_between(start, times.front()));
-    for (size_t k = 1; k < times.size(); ++k) s.itl.push_back(seconds_between(times[k - 1], times[k]));
+    for (size_t k = 1; k < times.size(); ++k) {
+      s.itl.push_back(seconds_between(times[k - 1], times[k]));
+    }
   }
   s.stats = engine->stats();
   s.evictions = engine->pool().evictions();
@@ -227,7 +228,12 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
   shape.shared_prefix = FLAGS_shared_prefix;
   shape.seed = FLAGS_seed;
   const Workload workload = make_workload(c, shape);
-  int64_t max_context = 0;
+  // The warm-up's requests: prompts of at most 16 tokens, 4 generated (graph capture and replay).
+  WorkloadShape warm;
+  warm.input_len = std::min<int64_t>(FLAGS_input_len, 16);
+  warm.output_len = 4;
+  warm.seed = FLAGS_seed + 1;
+  int64_t max_context = FLAGS_warmup ? warm.input_len + warm.output_len : 0;
   for (size_t i = 0; i < workload.prompts.size(); ++i) {
     max_context = std::max<int64_t>(
         max_context, static_cast<int64_t>(workload.prompts[i].size()) + workload.outputs[i]);
@@ -272,11 +278,7 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
     if (FLAGS_warmup) {
       // A batch of short requests on an engine of its own, so the timed one starts with an
       // empty prefix cache.
-      WorkloadShape warm;
       warm.requests = std::min(n, requests_at(n));
-      warm.input_len = std::min<int64_t>(FLAGS_input_len, 16);
-      warm.output_len = 4;
-      warm.seed = FLAGS_seed + 1;
       KUIPER_RETURN_IF_ERROR(serve(*model, tokenizer, make_workload(c, warm), n).status());
     }
     KUIPER_ASSIGN_OR_RETURN(const Served served,

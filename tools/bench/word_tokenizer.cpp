@@ -28,7 +28,9 @@ Result<Tokenizer> word_tokenizer(int64_t vocab_size) {
                        {"pattern", {{"Regex", " ?[^ ]+"}}},
                        {"behavior", "Isolated"},
                        {"invert", false}},
-                      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+                      {{"type", "ByteLevel"},
+                       {"add_prefix_space", false},
+                       {"use_regex", false}}})}}},
       {"model", {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", json::array()}}},
       {"decoder", {{"type", "ByteLevel"}}},
       {"added_tokens", json::array()}};
