@@ -11,8 +11,32 @@ namespace kuiper::op {
 
 enum class AttentionPhase { kPrefill, kDecode };
 
+// A batch of sequences over a paged KV pool (continuous batching). Sequence i of B owns query
+// rows [query_begin[i], query_begin[i + 1]) of q (T_i of them, at least one; a decode call has
+// exactly one per sequence) at cache positions [starts[i], starts[i] + T_i); query t of it sees
+// its keys [0, starts[i] + t]. Position p of sequence i lives in row
+// block_tables[i][p / block_size] * block_size + p % block_size of the pool. Every tensor is
+// int32 on q's device; the kernels read them there (so a captured graph replays with new values)
+// and clamp what they read to the pool rather than trust it: the caller checks them.
+struct PagedBatch {
+  Tensor query_begin;   // [B + 1], query_begin[0] = 0, query_begin[B] = q.dim(0)
+  Tensor starts;        // [B]
+  Tensor block_tables;  // [B, W]: W blocks hold a sequence's most keys, W * block_size
+  int64_t block_size = 0;
+  // Host-known bounds that size the launch: no sequence has more than max_queries queries nor
+  // more than max_keys keys (starts[i] + T_i). Ops made with AttentionRequest::device_position
+  // size the grid for W * block_size keys instead, so one capture serves every step.
+  int64_t max_queries = 0;
+  int64_t max_keys = 0;
+  bool defined() const { return query_begin.defined(); }
+  int64_t sequences() const { return query_begin.defined() ? query_begin.numel() - 1 : 0; }
+};
+
+// One call: either one sequence over a contiguous cache (`start` / `device_position`), or, when
+// `paged` is defined, a batch of sequences over the pool (k_cache and v_cache are then the whole
+// pool, [blocks * block_size, num_kv_heads, head_dim]; `start` and `device_position` unused).
 struct AttentionArgs {
-  Tensor q;        // [T, num_heads, head_dim]
+  Tensor q;        // [T, num_heads, head_dim] (paged: every sequence's queries, in order)
   Tensor k_cache;  // [max_ctx, num_kv_heads, head_dim]; rows [0, start + T) are valid
   Tensor v_cache;  // same shape as k_cache
   Tensor out;      // [T, num_heads, head_dim]
@@ -20,6 +44,7 @@ struct AttentionArgs {
   // For ops made with AttentionRequest::device_position: the position, an int32 [1] device
   // tensor read by the kernels instead of `start`, so a captured graph replays at every step.
   Tensor device_position;
+  PagedBatch paged;
 };
 
 class AttentionOp {
@@ -35,7 +60,8 @@ struct AttentionRequest {
   DataType dtype = DataType::kFp32;  // of q, the cache and out
   DeviceType device = DeviceType::kCpu;
   // Decode reads its position from AttentionArgs::device_position (CUDA graphs): the kernels
-  // then size every launch for the cache capacity, never for the position.
+  // then size every launch for the cache capacity, never for the position. Paged: the launch is
+  // sized for W * block_size keys per sequence whatever max_keys says.
   bool device_position = false;
   int64_t head_dim = 0;
   // Split-KV decode (flash2 fp16/bf16, flash1): the blocks of the decode grid, all kv heads' and
