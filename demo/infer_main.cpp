@@ -175,7 +175,8 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
                          " model: it takes no images");
   }
   const ImageInput* vision = image_input ? &*image_input : nullptr;
-  // One KV block of --max-context tokens per sequence running at once.
+  // A batch runs up to --max-batch sequences at once, and by default the KV pool holds that
+  // many contexts.
   if (!options.prompts_file.empty()) options.model.max_sequences = options.max_batch;
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                           Model::load(options.model_path, options.model));

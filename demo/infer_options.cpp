@@ -47,10 +47,13 @@ DEFINE_bool(cuda_graph, true,
             "--no-cuda-graph decodes eagerly)");
 DEFINE_bool(stats, false, "print prompt, prefill and decode statistics after each reply");
 
-// Batch mode's concurrency.
+// Batch mode's concurrency and the KV pool.
 DEFINE_int64(max_batch, 0,
-             "batch mode: prompts run at once (each holds a KV cache of --max-context tokens); "
-             "0: 64 on cuda, 8 on cpu");
+             "batch mode: prompts run at once; 0: 64 on cuda, 8 on cpu");
+DEFINE_string(kv_cache, "",
+              "KV cache pool: a fraction of the free GPU memory (0.9) or a size (8GiB, 512MiB); "
+              "default: room for --max-batch sequences of --max-context tokens");
+DEFINE_int64(kv_block_size, 16, "tokens per KV cache block (the prefix cache shares whole blocks)");
 
 namespace kuiper::demo {
 
@@ -229,6 +232,16 @@ Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture fam
   }
   o.max_batch = FLAGS_max_batch > 0 ? FLAGS_max_batch
                                     : (o.model.device == DeviceType::kCuda ? 64 : 8);
+  KUIPER_RETURN_IF_ERROR(set_kv_cache_flag(FLAGS_kv_cache, &o.model));
+  if (o.model.kv_cache_fraction > 0.0 && o.model.device != DeviceType::kCuda) {
+    return Status::Error("--kv-cache: a fraction of free memory needs --device cuda; give a size "
+                         "such as 512MiB on the CPU");
+  }
+  if (FLAGS_kv_block_size < 1 || FLAGS_kv_block_size > 4096) {
+    return bad_flag("kv-block-size", std::to_string(FLAGS_kv_block_size),
+                    "a number of tokens in [1, 4096]");
+  }
+  o.model.kv_block_size = FLAGS_kv_block_size;
 
   if (FLAGS_max_tokens == 0 || FLAGS_max_tokens < -1) {
     return bad_flag("max-tokens", std::to_string(FLAGS_max_tokens), "an integer > 0, or -1 for no limit");

@@ -39,12 +39,27 @@ std::unique_ptr<Model> load(const std::string& fixture, const ModelOptions& opti
   return model.ok() ? std::move(model).value() : nullptr;
 }
 
-ModelOptions batch_options(int64_t sequences) {
+// One block of the whole context per sequence (kBlocks names them), unless paged.
+ModelOptions batch_options(int64_t sequences, int64_t block_size = 128) {
   ModelOptions o;
   o.max_context = 128;
   o.max_sequences = sequences;
+  o.kv_block_size = block_size;
   o.prefill_chunk = 16;  // the longer prompts run in several passes
   return o;
+}
+
+// Block tables of `sequences` sequences of 128 tokens over a pool of 8-token blocks, each table
+// a scrambled pick of the pool's blocks (no two sequences sharing one).
+std::vector<std::vector<int32_t>> scrambled_tables(int sequences) {
+  const int per_sequence = 128 / 8;
+  std::vector<int32_t> order(static_cast<size_t>(sequences * per_sequence));
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = static_cast<int32_t>((i * 37 + 11) % order.size());  // 37 is prime to 16, 32, 48
+  }
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(sequences));
+  for (size_t i = 0; i < order.size(); ++i) tables[i / per_sequence].push_back(order[i]);
+  return tables;
 }
 
 // Rows [row, row + count) of [R, V] logits.
@@ -122,6 +137,18 @@ TEST_P(BatchTest, SequencesInABatchMatchEachAlone) {
   std::unique_ptr<Model> batched = load(GetParam(), batch_options(3));
   ASSERT_NE(batched, nullptr);
   expect_batches_match_lone_runs(*batched, steps, 3,
+                                 [&] { return load(GetParam(), batch_options(1)); });
+
+  // The same schedule over a paged pool: 8-token blocks, each sequence's scattered over it.
+  const std::vector<std::vector<int32_t>> tables = scrambled_tables(3);
+  std::vector<std::vector<Entry>> paged = steps;
+  for (std::vector<Entry>& step : paged) {
+    for (Entry& e : step) e.input.blocks = tables[static_cast<size_t>(e.sequence)];
+  }
+  std::unique_ptr<Model> pool = load(GetParam(), batch_options(3, 8));
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->kv_blocks(), 3 * 128 / 8);
+  expect_batches_match_lone_runs(*pool, paged, 3,
                                  [&] { return load(GetParam(), batch_options(1)); });
 }
 

@@ -234,12 +234,12 @@ TEST_F(VlCli, JsonlBatchLinesTakeImages) {
   EXPECT_EQ(records[0]["images"], good);
   EXPECT_TRUE(records[1].contains("error"));
   EXPECT_TRUE(records[6].contains("error"));
-  // The golden image prompt three ways, each giving the golden ids. The cache is reused
-  // through an image only when it holds the same pixels: line 3 follows line 1 and runs only
-  // the last token; line 4's other image and then line 5 run from the image's first pad on.
-  const size_t from_image = img_ids().size() - 4;
+  // The golden image prompt three ways, each giving the golden ids. The cache (16-token
+  // blocks) is reused through an image only when it holds the same pixels: line 3 follows line 1
+  // and runs only the last token; line 4's other image starts in the first block, so it runs
+  // whole; line 5 finds line 1's blocks still cached and runs only the last token again.
   const std::vector<std::pair<size_t, size_t>> prefilled = {
-      {0, img_ids().size()}, {2, 1}, {3, from_image}, {4, from_image}};
+      {0, img_ids().size()}, {2, 1}, {3, img_ids().size()}, {4, 1}};
   for (const auto& [i, n] : prefilled) {
     SCOPED_TRACE("line " + std::to_string(i + 1));
     ASSERT_TRUE(records[i].contains("output_ids")) << records[i];

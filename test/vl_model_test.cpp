@@ -47,15 +47,23 @@ std::unique_ptr<Model> load_vl(const ModelOptions& options,
   return model.ok() ? std::move(model).value() : nullptr;
 }
 
-const int32_t kBlock0 = 0;
+// Blocks 0, 1, 2, ...: a sequence with the pool to itself (only those its positions reach are read).
+const std::vector<int32_t>& first_blocks() {
+  static const std::vector<int32_t> blocks = [] {
+    std::vector<int32_t> b(1 << 16);
+    for (size_t j = 0; j < b.size(); ++j) b[j] = static_cast<int32_t>(j);
+    return b;
+  }();
+  return blocks;
+}
 
-// A span of one sequence in KV block 0 at 1-D positions shifted by rope_offset.
+// A span of one sequence in KV blocks 0, 1, 2, ... at 1-D positions shifted by rope_offset.
 SequenceInput span_input(const std::vector<int32_t>& ids, int64_t start, LogitRows rows,
                          int64_t rope_offset = 0) {
   SequenceInput s;
   s.tokens = ids;
   s.start = start;
-  s.blocks = Span<const int32_t>(&kBlock0, 1);
+  s.blocks = first_blocks();
   s.logits = rows;
   s.rope_offset = rope_offset;
   return s;

@@ -234,11 +234,11 @@ const int64_t kShifts[] = {1000, 32760, 40000, 120000};
 // further along: every row's, or the last one's.
 Result<std::vector<float>> shifted_logits(Model& model, const std::vector<int32_t>& ids,
                                           size_t begin, size_t end, int64_t shift, bool all) {
-  const int32_t block = 0;
+  const std::vector<int32_t> blocks = model.first_blocks(static_cast<int64_t>(end));
   SequenceInput s;
   s.tokens = Span<const int32_t>(ids.data() + begin, end - begin);
   s.start = static_cast<int64_t>(begin);
-  s.blocks = Span<const int32_t>(&block, 1);
+  s.blocks = blocks;
   s.rope_offset = shift;
   s.logits = all ? LogitRows::kAll : LogitRows::kLast;
   KUIPER_ASSIGN_OR_RETURN(Tensor logits, model.forward(Span<const SequenceInput>(&s, 1)));

@@ -123,13 +123,13 @@ Status run(const std::vector<std::string>& image_paths) {
 
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<kuiper::Model> model,
                           kuiper::Model::load(FLAGS_model, options));
-  // One span of the sequence in KV block 0, the last row's logits wanted.
-  static const int32_t kBlock = 0;
-  auto span_input = [](const std::vector<int32_t>& tokens, int64_t start) {
+  // One span of the sequence in KV blocks 0, 1, 2, ..., the last row's logits wanted.
+  const std::vector<int32_t> blocks = model->first_blocks(static_cast<int64_t>(ids.size()));
+  auto span_input = [&blocks](const std::vector<int32_t>& tokens, int64_t start) {
     kuiper::SequenceInput s;
     s.tokens = tokens;
     s.start = start;
-    s.blocks = kuiper::Span<const int32_t>(&kBlock, 1);
+    s.blocks = blocks;
     return s;
   };
   kuiper::Tensor logits;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
+#include <utility>
 
 #include <gflags/gflags.h>
 
@@ -46,6 +48,38 @@ Status set_model_flags(const std::string& dtype, bool cuda_graph, bool graph_giv
   options->auto_cuda_graph = !graph_given;
   options->cuda_graph = cuda_graph;
   return Status::Ok();
+}
+
+Status set_kv_cache_flag(const std::string& value, ModelOptions* options) {
+  if (value.empty()) return Status::Ok();
+  const Status bad = Status::Error("--kv-cache: '" + value +
+                                   "' is neither a fraction of free GPU memory in (0, 1] nor a "
+                                   "size such as 8GiB, 512MiB or 2GB");
+  size_t used = 0;
+  double number = 0.0;
+  try {
+    number = std::stod(value, &used);
+  } catch (const std::exception&) {
+    return bad;
+  }
+  const std::string unit = value.substr(used);
+  if (unit.empty() && number > 0.0 && number <= 1.0) {
+    options->kv_cache_fraction = number;
+    options->kv_cache_bytes = 0;
+    return Status::Ok();
+  }
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1.0},     {"B", 1.0},   {"KB", 1e3},         {"MB", 1e6},         {"GB", 1e9},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = number * scale;
+    if (!(bytes >= 1.0 && bytes < 9e18)) return bad;
+    options->kv_cache_bytes = static_cast<int64_t>(bytes);
+    options->kv_cache_fraction = 0.0;
+    return Status::Ok();
+  }
+  return bad;
 }
 
 }  // namespace kuiper

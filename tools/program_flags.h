@@ -23,4 +23,10 @@ std::string gflags_spelling(const std::string& arg);
 Status set_model_flags(const std::string& dtype, bool cuda_graph, bool graph_given,
                        ModelOptions* options);
 
+// Sets the KV pool size of `options` from --kv-cache: a fraction of the free GPU memory
+// ("0.9": ModelOptions::kv_cache_fraction) or a size in bytes with an optional unit ("8GiB",
+// "512MiB", "2GB", "1000000"; kv_cache_bytes); empty leaves the default (room for
+// max_sequences sequences of max_context tokens). Errors name the flag.
+Status set_kv_cache_flag(const std::string& value, ModelOptions* options);
+
 }  // namespace kuiper

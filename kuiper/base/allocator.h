@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "kuiper/base/dtype.h"
 #include "kuiper/base/status.h"
@@ -18,6 +19,12 @@ class Allocator {
   // synchronise the device). For after a load that freed many blocks no later request will reuse,
   // e.g. weights copied into stacks. Nothing to do for an allocator that caches nothing.
   virtual void release_cached() {}
+  // Bytes the device could still hand out: its free memory plus what this allocator caches
+  // unused. An error where the allocator cannot tell (the CPU's heap).
+  virtual Result<size_t> free_bytes() {
+    return Status::Error(std::string("free memory of the ") + device_name(device()) +
+                         " is not known");
+  }
 };
 
 // The process-wide allocator of a device. CUDA is an error in a build without CUDA or on a

@@ -81,6 +81,13 @@ class CudaCachingAllocator final : public Allocator {
     stats_.peak = stats_.in_use;
   }
 
+  Result<size_t> free_bytes() override {
+    size_t free = 0, total = 0;
+    KUIPER_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    const cuda::MemoryStats s = stats();
+    return free + (s.reserved - s.in_use);
+  }
+
   void release_cached() override {
     std::lock_guard<std::mutex> lock(mutex_);
     release_cached_blocks();

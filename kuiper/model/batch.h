@@ -2,11 +2,8 @@
 // cache lives, how its tokens rotate, its images' features and which logits rows it wants.
 //
 // The KV cache is a pool the model owns: per layer, Model::kv_blocks() blocks of
-// Model::kv_block_size() token rows each. A sequence names its blocks in a block table: block
-// table entry j holds cache positions [j * block_size, (j + 1) * block_size). Today the block size
-// is the context (ModelOptions::max_context) and there are ModelOptions::max_sequences blocks, so
-// a sequence lives in one block (a slot) whose rows are contiguous; a smaller block size (the
-// paged cache) changes the numbers, not this contract.
+// Model::kv_block_size() token rows each (ModelOptions sizes it). A sequence names its blocks in
+// a block table: block table entry j holds cache positions [j * block_size, (j + 1) * block_size).
 //
 // A forward runs each entry's span at cache positions [start, start + T): it writes the span's
 // keys and values into its blocks, its tokens attending to positions [0, start + t]. The caller

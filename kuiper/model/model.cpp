@@ -108,13 +108,20 @@ Result<Tensor> Model::forward(Span<const SequenceInput> batch) {
 }
 
 Result<Tensor> Model::forward(const std::vector<int32_t>& ids, int64_t start, bool all_logits) {
-  static const int32_t kFirstBlock = 0;
+  const std::vector<int32_t> blocks = first_blocks(start + static_cast<int64_t>(ids.size()));
   SequenceInput sequence;
   sequence.tokens = ids;
   sequence.start = start;
-  sequence.blocks = Span<const int32_t>(&kFirstBlock, 1);
+  sequence.blocks = blocks;
   sequence.logits = all_logits ? LogitRows::kAll : LogitRows::kLast;
   return forward(Span<const SequenceInput>(&sequence, 1));
+}
+
+std::vector<int32_t> Model::first_blocks(int64_t tokens) const {
+  const int64_t bs = kv_block_size();
+  std::vector<int32_t> blocks(static_cast<size_t>(std::min(kv_blocks(), (tokens + bs - 1) / bs)));
+  for (size_t j = 0; j < blocks.size(); ++j) blocks[j] = static_cast<int32_t>(j);
+  return blocks;
 }
 
 Result<ImageFeatures> Model::encode_images(const ImagePixels&) {

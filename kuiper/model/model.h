@@ -24,8 +24,15 @@ struct ModelOptions {
   // KV cache length of one sequence in tokens; 0 means the model's context_limit() (its
   // max_position_embeddings, more with YaRN).
   int64_t max_context = 4096;
-  // Sequences whose KV caches the pool holds at once: blocks of max_context rows (see batch.h).
+  // Sequences one forward may carry (the decode graphs are captured for up to this many), and
+  // the default size of the KV pool: room for this many sequences of max_context tokens.
   int64_t max_sequences = 1;
+  // The paged KV pool (see batch.h): blocks of kv_block_size token rows. Its size is
+  // kv_cache_bytes when set, else kv_cache_fraction (0 < f <= 1) of the device memory free after
+  // the weights and workspaces (CUDA only), else max_sequences * max_context tokens.
+  int64_t kv_block_size = 16;
+  int64_t kv_cache_bytes = 0;
+  double kv_cache_fraction = 0.0;
   // Decode steps (one text token) run as a CUDA graph captured at a sequence block's first step
   // and replayed at every later one; the step's token and position are read from device memory.
   // CUDA only: an error on the CPU.
@@ -65,6 +72,9 @@ class Model {
   // The KV pool: kv_blocks() blocks of kv_block_size() token rows (see batch.h).
   int64_t kv_block_size() const { return kv_block_size_; }
   int64_t kv_blocks() const { return kv_blocks_; }
+  // The block table 0, 1, 2, ... of a sequence of `tokens` positions that has the pool to itself
+  // (tools and tests; no more blocks than the pool has).
+  std::vector<int32_t> first_blocks(int64_t tokens) const;
 
   // Runs a batch of sequences (see batch.h for what an entry means and what the caller
   // guarantees). Every entry is checked before anything runs: token ids in the vocabulary,
@@ -74,8 +84,8 @@ class Model {
   // per requested row ([sum of the entries' rows, vocab]), entries in batch order and each
   // entry's rows in token order. The tensor is the model's own buffer: valid until the next call.
   Result<Tensor> forward(Span<const SequenceInput> batch);
-  // One sequence in KV block 0 at 1-D positions [start, start + ids.size()): the last row's
-  // logits [1, vocab], or every row's when all_logits.
+  // One sequence in KV blocks 0, 1, 2, ... at 1-D positions [start, start + ids.size()): the
+  // last row's logits [1, vocab], or every row's when all_logits.
   Result<Tensor> forward(const std::vector<int32_t>& ids, int64_t start, bool all_logits);
 
   // The vision tower (vision-language models): the features of `images`, on the model's device
@@ -89,8 +99,8 @@ class Model {
         file_(std::move(file)),
         options_(options),
         max_context_(max_context),
-        kv_block_size_(max_context),
-        kv_blocks_(options.max_sequences) {}
+        kv_block_size_(options.kv_block_size),
+        kv_blocks_(0) {}
 
   // forward() after the batch passed check_batch().
   virtual Result<Tensor> run_batch(Span<const SequenceInput> batch) = 0;
@@ -100,7 +110,7 @@ class Model {
   std::shared_ptr<ModelFile> file_;
   ModelOptions options_;
   int64_t max_context_;
-  // One block of max_context rows per sequence unless a subclass pages its pool.
+  // Set by the subclass once it has sized its pool.
   int64_t kv_block_size_;
   int64_t kv_blocks_;
 };

@@ -60,8 +60,24 @@ Result<std::unique_ptr<QwenModel>> QwenModel::make(ModelConfig config,
     return options.cuda_graph ? decode.status().With("CUDA graph decode") : decode.status();
   }
   model->decode_attention_ = std::move(decode).value();
+  if (options.kv_block_size < 1) {
+    return Status::Error("the KV block size must be at least 1, not " +
+                         std::to_string(options.kv_block_size));
+  }
+  const int64_t bs = options.kv_block_size;
+  model->table_width_ = (max_context + bs - 1) / bs;
   KUIPER_ASSIGN_OR_RETURN(model->decode_ws_, model->make_workspace(1));
-  if (options.cuda_graph) model->decode_graphs_.resize(static_cast<size_t>(options.max_sequences));
+  const int64_t largest_bucket = model->graph_bucket(options.max_sequences);
+  KUIPER_ASSIGN_OR_RETURN(
+      model->batch_ws_,
+      model->make_workspace(std::max({options.prefill_chunk, options.max_sequences,
+                                      largest_bucket, int64_t{2}})));
+  KUIPER_ASSIGN_OR_RETURN(model->logits_,
+                          Tensor::empty({1, c.vocab_size}, DataType::kFp32, options.device));
+  if (options.cuda_graph && largest_bucket > 1) {
+    KUIPER_ASSIGN_OR_RETURN(model->graph_logits_, Tensor::empty({largest_bucket, c.vocab_size},
+                                                                DataType::kFp32, options.device));
+  }
   return model;
 }
 
@@ -178,11 +194,56 @@ Status QwenModel::build_weights(Fetch&& fetch) {
     KUIPER_RETURN_IF_ERROR(get(p + "mlp.gate_proj.weight", {I, H}, L.gate_proj));
     KUIPER_RETURN_IF_ERROR(get(p + "mlp.up_proj.weight", {I, H}, L.up_proj));
     KUIPER_RETURN_IF_ERROR(get(p + "mlp.down_proj.weight", {H, I}, L.down_proj));
-    const int64_t pool_rows = kv_blocks() * kv_block_size();
+  }
+  if (dev != DeviceType::kCpu) KUIPER_RETURN_IF_ERROR(stack_projections());
+  // The KV pool last, so that a pool sized from free memory sees the weights in place; one
+  // block more than the runtime gets, the pad block the decode graphs' padding writes.
+  KUIPER_ASSIGN_OR_RETURN(kv_blocks_, pool_blocks());
+  pad_block_ = static_cast<int32_t>(kv_blocks_);
+  const int64_t pool_rows = (kv_blocks_ + 1) * kv_block_size();
+  for (Layer& L : layers_) {
     KUIPER_ASSIGN_OR_RETURN(L.k_cache, Tensor::empty({pool_rows, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(L.v_cache, Tensor::empty({pool_rows, c.kv_dim()}, act, dev));
   }
-  return dev == DeviceType::kCpu ? Status::Ok() : stack_projections();
+  return Status::Ok();
+}
+
+Result<int64_t> QwenModel::pool_blocks() const {
+  const ModelConfig& c = config_;
+  const ModelOptions& o = options_;
+  const int64_t bs = kv_block_size();
+  const int64_t token_bytes =
+      c.num_layers * 2 * c.kv_dim() * static_cast<int64_t>(dtype_size(o.activation));
+  // By default whole contexts: max_sequences of them, each rounded up to whole blocks.
+  int64_t tokens = o.max_sequences * ((max_context_ + bs - 1) / bs) * bs;
+  if (o.kv_cache_bytes < 0) {
+    return Status::Error("the KV cache size must be positive, not " +
+                         std::to_string(o.kv_cache_bytes) + " bytes");
+  }
+  if (o.kv_cache_bytes > 0) {
+    tokens = o.kv_cache_bytes / token_bytes;
+  } else if (o.kv_cache_fraction != 0.0) {
+    if (!(o.kv_cache_fraction > 0.0 && o.kv_cache_fraction <= 1.0)) {
+      return Status::Error("the KV cache fraction must be in (0, 1], not " +
+                           std::to_string(o.kv_cache_fraction));
+    }
+    KUIPER_ASSIGN_OR_RETURN(Allocator * allocator, allocator_for(o.device));
+    Result<size_t> free = allocator->free_bytes();
+    if (!free.ok()) return free.status().With("a KV cache given as a fraction of free memory");
+    tokens = static_cast<int64_t>(static_cast<double>(*free) * o.kv_cache_fraction) / token_bytes;
+  }
+  const int64_t blocks = tokens / bs;
+  if (blocks < 1) {
+    return Status::Error("the KV cache holds " + std::to_string(tokens) +
+                         " tokens, less than one block of " + std::to_string(bs) + " (" +
+                         std::to_string(token_bytes) + " bytes a token)");
+  }
+  // The kernels index pool rows with 32-bit integers.
+  if ((blocks + 1) * bs > (int64_t{1} << 30)) {
+    return Status::Error("the KV cache of " + std::to_string(tokens) +
+                         " tokens exceeds the 2^30 rows the kernels index");
+  }
+  return blocks;
 }
 
 namespace {
@@ -236,6 +297,12 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   w.capacity = cap;
   KUIPER_ASSIGN_OR_RETURN(w.ids, Tensor::empty({cap}, DataType::kInt32, dev));
   KUIPER_ASSIGN_OR_RETURN(w.positions, Tensor::empty({cap}, DataType::kInt32, dev));
+  KUIPER_ASSIGN_OR_RETURN(w.query_begin, Tensor::empty({cap + 1}, DataType::kInt32, dev));
+  KUIPER_ASSIGN_OR_RETURN(w.starts, Tensor::empty({cap}, DataType::kInt32, dev));
+  KUIPER_ASSIGN_OR_RETURN(w.block_tables,
+                          Tensor::empty({cap * table_width_}, DataType::kInt32, dev));
+  KUIPER_ASSIGN_OR_RETURN(w.logit_index, Tensor::empty({cap}, DataType::kInt32, dev));
+  KUIPER_ASSIGN_OR_RETURN(w.picked, Tensor::empty({cap, c.hidden_size}, residual_dtype(act), dev));
   const int64_t rope_axes = c.is_mrope() ? 3 : 1;
   KUIPER_ASSIGN_OR_RETURN(w.rope_positions,
                           Tensor::empty({rope_axes * cap}, DataType::kInt32, dev));
@@ -265,19 +332,17 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
 
 Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   const ModelConfig& c = config_;
-  const int64_t T = pass.T, block_size = kv_block_size();
-  // Today's kernels on the sequence's block, a contiguous [block_size, kv_dim] view of the pool.
-  Tensor k_cache = L.k_cache.rows(pass.block * block_size, block_size);
-  Tensor v_cache = L.v_cache.rows(pass.block * block_size, block_size);
+  const int64_t T = pass.T;
   const double eps = c.rms_norm_eps;
   Tensor x = ws.x.rows(0, T), h = ws.h.rows(0, T);
   Tensor q = ws.q.rows(0, T), k = ws.k.rows(0, T), v = ws.v.rows(0, T);
   Tensor attn = ws.attn.rows(0, T), gate = ws.gate.rows(0, T), up = ws.up.rows(0, T);
-  Tensor positions = ws.positions.rows(0, T);
+  Tensor positions = ws.positions.rows(0, T);  // the rows' places in the pool
 
-  // Decode on the GPU reads the stacked matrices (see Layer) through op::linear's fused forms:
+  // One token on the GPU reads the stacked matrices (see Layer) through op::linear's fused forms:
   // the RMSNorms ride in the GEMVs that follow them, SwiGLU in the gate/up GEMV and the residual
-  // adds in the o and down GEMVs. Prefill keeps the norms separate (cuBLAS GEMMs).
+  // adds in the o and down GEMVs. More rows keep the norms separate (cuBLAS GEMMs), the weights
+  // read once for every row of the pass.
   const bool stacked = T == 1 && L.qkv_proj.defined() && ws.qkv.defined();
   if (stacked) {
     op::LinearOptions qkv;
@@ -298,7 +363,7 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
     Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [axes, T] positions
     KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
         q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
-        positions, c.rope(), k_cache, v_cache, &rotary));
+        positions, c.rope(), L.k_cache, L.v_cache, &rotary));
   } else {  // Qwen3-VL: the rotary positions are [3, T], apart from the cache rows
     KUIPER_ASSIGN_OR_RETURN(Tensor rope3, ws.rope_positions.rows(0, 3 * T).reshape({3, T}));
     if (c.qk_norm) {
@@ -307,18 +372,25 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
     }
     KUIPER_RETURN_IF_ERROR(op::mrope(q_heads, rope3, c.rope(), c.mrope_section));
     KUIPER_RETURN_IF_ERROR(op::mrope(k_heads, rope3, c.rope(), c.mrope_section));
-    KUIPER_RETURN_IF_ERROR(op::kv_write(k, k_cache, positions));
-    KUIPER_RETURN_IF_ERROR(op::kv_write(v, v_cache, positions));
+    KUIPER_RETURN_IF_ERROR(op::kv_write(k, L.k_cache, positions));
+    KUIPER_RETURN_IF_ERROR(op::kv_write(v, L.v_cache, positions));
   }
 
   op::AttentionArgs args;
   args.q = q_heads;
-  KUIPER_ASSIGN_OR_RETURN(args.k_cache, k_cache.reshape({block_size, c.num_kv_heads, c.head_dim}));
-  KUIPER_ASSIGN_OR_RETURN(args.v_cache, v_cache.reshape({block_size, c.num_kv_heads, c.head_dim}));
+  const int64_t pool_rows = L.k_cache.dim(0);
+  KUIPER_ASSIGN_OR_RETURN(args.k_cache, L.k_cache.reshape({pool_rows, c.num_kv_heads, c.head_dim}));
+  KUIPER_ASSIGN_OR_RETURN(args.v_cache, L.v_cache.reshape({pool_rows, c.num_kv_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(args.out, attn.reshape({T, c.num_heads, c.head_dim}));
-  args.start = pass.start;
-  if (T == 1) args.device_position = positions;  // what graph-safe decode kernels read
-  op::AttentionOp& attention = T == 1 ? *decode_attention_ : *prefill_attention_;
+  op::PagedBatch& batch = args.paged;
+  const int64_t S = pass.sequences, W = pass.table_width;
+  batch.query_begin = ws.query_begin.rows(0, S + 1);
+  batch.starts = ws.starts.rows(0, S);
+  KUIPER_ASSIGN_OR_RETURN(batch.block_tables, ws.block_tables.rows(0, S * W).reshape({S, W}));
+  batch.block_size = kv_block_size();
+  batch.max_queries = pass.max_queries;
+  batch.max_keys = pass.max_keys;
+  op::AttentionOp& attention = pass.decode ? *decode_attention_ : *prefill_attention_;
   KUIPER_RETURN_IF_ERROR(attention.forward(args));
 
   op::LinearOptions residual;
@@ -340,22 +412,17 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
 }
 
 Status QwenModel::apply_image_rows(const Pass& pass, int64_t layer, Tensor& x) const {
-  if (pass.image == nullptr) return Status::Ok();
-  const ImageFeatures& f = pass.image->features;
-  if (layer >= static_cast<int64_t>(f.deepstack.size())) return Status::Ok();
   // The image embeddings replace the pad rows' token embeddings (layer -1); deepstack feature k
-  // is added after layer k. Each run's overlap with the pass's rows.
-  for (const ImageRun& run : pass.image->runs) {
-    const int64_t lo = std::max(run.row, pass.row0);
-    const int64_t hi = std::min(run.row + run.count, pass.row0 + pass.T);
-    if (lo >= hi) continue;
-    Tensor dst = x.rows(lo - pass.row0, hi - lo);
-    const int64_t src = run.feature_row + (lo - run.row);
+  // is added after layer k.
+  for (const PassImage& image : pass.images) {
+    const ImageFeatures& f = *image.features;
+    if (layer >= static_cast<int64_t>(f.deepstack.size())) continue;
+    Tensor dst = x.rows(image.at, image.count);
     if (layer < 0) {
-      KUIPER_RETURN_IF_ERROR(dst.copy_from(f.embeds.rows(src, hi - lo)));
+      KUIPER_RETURN_IF_ERROR(dst.copy_from(f.embeds.rows(image.feature_row, image.count)));
     } else {
-      KUIPER_RETURN_IF_ERROR(
-          op::add(dst, f.deepstack[static_cast<size_t>(layer)].rows(src, hi - lo), dst));
+      KUIPER_RETURN_IF_ERROR(op::add(
+          dst, f.deepstack[static_cast<size_t>(layer)].rows(image.feature_row, image.count), dst));
     }
   }
   return Status::Ok();
@@ -372,47 +439,46 @@ Status QwenModel::run_forward(const Workspace& ws, const Pass& pass, Tensor logi
   }
   const int64_t rows = pass.logit_rows;
   if (rows == 0) return Status::Ok();
-  const int64_t first = T - rows;
-  Tensor last = ws.x.rows(first, rows);
+  Tensor last = ws.x.rows(T - rows, rows);
+  if (pass.gather) {  // the rows are scattered over the pass: gather them first
+    last = ws.picked.rows(0, rows);
+    KUIPER_RETURN_IF_ERROR(op::embedding(x, ws.logit_index.rows(0, rows), last));
+  }
   if (rows == 1) {  // the final norm rides in the lm_head GEMV
     op::LinearOptions head;
     head.norm = &final_norm_;
     head.eps = config_.rms_norm_eps;
     return op::linear(last, lm_head_, head, logits);
   }
-  Tensor normed = ws.h.rows(first, rows);
+  Tensor normed = ws.h.rows(0, rows);
   KUIPER_RETURN_IF_ERROR(op::rmsnorm(last, final_norm_, config_.rms_norm_eps, normed));
   return op::matmul(normed, lm_head_, nullptr, logits);
 }
 
-Status QwenModel::run_decode_step(const Pass& pass) {
-  // The graph holds the fused qk-norm / RoPE / cache-write kernel, which rotates every axis by
-  // the first one's position, and no image rows: M-RoPE tokens whose axes differ run eagerly.
-  const bool graph_safe = pass.image == nullptr && pass.rope_axes_equal;
-  if (decode_graphs_.empty() || !graph_safe) {
-    return run_forward(decode_ws_, pass, decode_ws_.logits);
+int64_t QwenModel::graph_bucket(int64_t sequences) const {
+  const int64_t most = std::max<int64_t>(options_.max_sequences, 1);
+  for (int64_t b = 1;; b = b < 32 ? 2 * b : b + 32) {
+    if (b >= sequences) return sequences > most && b > most ? 0 : b;
+    if (b >= most) return 0;
   }
-  DeviceGraph& graph = decode_graphs_[static_cast<size_t>(pass.block)];
+}
+
+Status QwenModel::run_decode_graph(const Pass& pass, int64_t bucket) {
+  const Workspace& ws = bucket == 1 ? decode_ws_ : batch_ws_;
+  Tensor logits = bucket == 1 ? decode_ws_.logits : graph_logits_.rows(0, bucket);
+  DeviceGraph& graph = decode_graphs_[bucket];
   if (!graph.empty()) return graph.replay();
-  // The block's first step runs eagerly, which gives this step's logits and lets every op do its
-  // one-time setup (workspace allocation, kernel attributes) outside the capture; then the same
-  // step is captured, not executed, for the steps that follow.
-  KUIPER_RETURN_IF_ERROR(run_forward(decode_ws_, pass, decode_ws_.logits));
-  Result<DeviceGraph> captured =
-      DeviceGraph::capture([&] { return run_forward(decode_ws_, pass, decode_ws_.logits); });
+  // The bucket's first step runs eagerly, which gives this step's logits and lets every op do
+  // its one-time setup (workspace allocation, kernel attributes) outside the capture; then the
+  // same step is captured, not executed, for the steps that follow.
+  KUIPER_RETURN_IF_ERROR(run_forward(ws, pass, logits));
+  Result<DeviceGraph> captured = DeviceGraph::capture([&] { return run_forward(ws, pass, logits); });
   if (!captured.ok()) return captured.status().With("the decode step");
   graph = std::move(captured).value();
   return Status::Ok();
 }
 
 namespace {
-
-// Copies n host int32 values into the first n entries of a device tensor.
-Status upload(const Tensor& dst, const int32_t* src, int64_t n) {
-  Tensor host = Tensor::view(const_cast<int32_t*>(src), {n}, DataType::kInt32, DeviceType::kCpu);
-  Tensor rows = dst.rows(0, n);
-  return rows.copy_from(host);
-}
 
 // t as `act` on `device` (t itself when it already is).
 Result<Tensor> to_activation(const Tensor& t, DataType act, DeviceType device) {
@@ -456,70 +522,106 @@ Result<QwenModel::ImageRows> QwenModel::image_rows(const SequenceInput& s) const
   return r;
 }
 
-Status QwenModel::run_sequence(const SequenceInput& s, const ImageRows* image, Tensor logits) {
-  const ModelConfig& c = config_;
-  const int64_t T = static_cast<int64_t>(s.tokens.size());
-  // Cache rows, and the rotary positions: [3, T] for M-RoPE, [1, T] otherwise (the 1-D ones on
-  // every axis when none are given).
-  host_positions_.resize(static_cast<size_t>(T));
-  std::iota(host_positions_.begin(), host_positions_.end(), static_cast<int32_t>(s.start));
-  const int64_t rope_axes = c.is_mrope() ? 3 : 1;
-  host_rope_.resize(static_cast<size_t>(rope_axes * T));
-  if (s.rope_positions.empty()) {
-    for (int64_t a = 0; a < rope_axes; ++a) {
-      std::iota(host_rope_.begin() + a * T, host_rope_.begin() + (a + 1) * T,
-                static_cast<int32_t>(s.start + s.rope_offset));
+void QwenModel::stage(const SequenceInput& s, const ImageRows* image, int64_t t, int64_t n,
+                      Pass* pass) {
+  const int64_t bs = kv_block_size(), T = static_cast<int64_t>(s.tokens.size());
+  const int64_t axes = config_.is_mrope() ? 3 : 1;
+  const int64_t at = pass->T;
+  Staging& st = staging_;
+  st.query_begin.push_back(static_cast<int32_t>(at));
+  st.starts.push_back(static_cast<int32_t>(s.start + t));
+  st.blocks.push_back(
+      Span<const int32_t>(s.blocks.data(), static_cast<size_t>((s.start + t + n + bs - 1) / bs)));
+  for (int64_t j = t; j < t + n; ++j) {
+    const int64_t p = s.start + j;
+    st.ids.push_back(s.tokens[static_cast<size_t>(j)]);
+    st.rows.push_back(static_cast<int32_t>(s.blocks[static_cast<size_t>(p / bs)] * bs + p % bs));
+    const size_t first = st.rope.size();  // the row's axis-0 position
+    for (int64_t a = 0; a < axes; ++a) {
+      const int32_t r = s.rope_positions.empty()
+                            ? static_cast<int32_t>(p + s.rope_offset)
+                            : s.rope_positions[static_cast<size_t>(a * T + j)];
+      st.rope.push_back(r);
+      pass->rope_axes_equal = pass->rope_axes_equal && r == st.rope[first];
     }
-  } else {
-    std::copy(s.rope_positions.begin(), s.rope_positions.end(), host_rope_.begin());
   }
-  // Prefill, options_.prefill_chunk rows at a time: the workspace holds one pass, and each pass
-  // attends to the cache the earlier ones wrote.
-  const int64_t chunk = T > 1 && options_.prefill_chunk > 0 ? std::min(options_.prefill_chunk, T) : T;
-  if (T > 1 && prefill_ws_.capacity < chunk) {
-    prefill_ws_ = Workspace();  // release the old buffers before allocating the larger ones
-    KUIPER_ASSIGN_OR_RETURN(prefill_ws_, make_workspace(chunk));
+  // The logits rows the span wants from these rows.
+  if (s.logits == LogitRows::kAll) {
+    for (int64_t j = 0; j < n; ++j) st.logit_index.push_back(static_cast<int32_t>(at + j));
+  } else if (s.logits == LogitRows::kLast && t + n == T) {
+    st.logit_index.push_back(static_cast<int32_t>(at + n - 1));
   }
-  const Workspace& ws = T == 1 ? decode_ws_ : prefill_ws_;
-  for (int64_t c0 = 0; c0 < T; c0 += chunk) {
-    Pass pass;
-    pass.T = std::min(chunk, T - c0);
-    pass.start = s.start + c0;
-    pass.block = s.blocks[0];  // one block holds the whole context (see batch.h)
-    pass.row0 = c0;
-    const int64_t n = pass.T;
-    KUIPER_RETURN_IF_ERROR(upload(ws.ids, s.tokens.data() + c0, n));
-    KUIPER_RETURN_IF_ERROR(upload(ws.positions, host_positions_.data() + c0, n));
-    // The pass's [axes, n] rotary positions, and whether its axes agree (M-RoPE: text only).
-    host_pass_rope_.resize(static_cast<size_t>(rope_axes * n));
-    bool equal = true;
-    for (int64_t a = 0; a < rope_axes; ++a) {
-      for (int64_t t = 0; t < n; ++t) {
-        const int32_t p = host_rope_[static_cast<size_t>(a * T + c0 + t)];
-        host_pass_rope_[static_cast<size_t>(a * n + t)] = p;
-        equal = equal && p == host_rope_[static_cast<size_t>(c0 + t)];
+  if (image != nullptr) {
+    for (const ImageRun& run : image->runs) {
+      const int64_t lo = std::max(run.row, t), hi = std::min(run.row + run.count, t + n);
+      if (lo < hi) {
+        pass->images.push_back({&image->features, at + lo - t, run.feature_row + lo - run.row,
+                                hi - lo});
       }
     }
-    pass.rope_axes_equal = equal;
-    KUIPER_RETURN_IF_ERROR(upload(ws.rope_positions, host_pass_rope_.data(), rope_axes * n));
-    if (image != nullptr) {
-      for (const ImageRun& run : image->runs) {
-        if (run.row < c0 + n && run.row + run.count > c0) pass.image = image;
-      }
+  }
+  pass->T += n;
+  pass->sequences += 1;
+  pass->max_queries = std::max(pass->max_queries, n);
+  pass->max_keys = std::max(pass->max_keys, s.start + t + n);
+  pass->table_width =
+      std::max(pass->table_width, static_cast<int64_t>(st.blocks.back().size()));
+}
+
+void QwenModel::stage_padding(Pass* pass, int64_t sequences) {
+  const int64_t axes = config_.is_mrope() ? 3 : 1;
+  Staging& st = staging_;
+  for (int64_t i = 0; i < sequences; ++i) {
+    st.query_begin.push_back(static_cast<int32_t>(pass->T));
+    st.starts.push_back(0);
+    st.blocks.push_back(Span<const int32_t>(&pad_block_, 1));
+    st.ids.push_back(0);
+    st.rows.push_back(static_cast<int32_t>(pad_block_ * kv_block_size()));
+    for (int64_t a = 0; a < axes; ++a) st.rope.push_back(0);
+    st.logit_index.push_back(static_cast<int32_t>(pass->T));
+    pass->T += 1;
+    pass->sequences += 1;
+  }
+}
+
+namespace {
+
+// Copies n host int32 values into the first n entries of a tensor (any device).
+Status upload_ints(const Tensor& dst, const int32_t* src, int64_t n) {
+  Tensor host = Tensor::view(const_cast<int32_t*>(src), {n}, DataType::kInt32, DeviceType::kCpu);
+  Tensor rows = dst.rows(0, n);
+  return rows.copy_from(host);
+}
+
+}  // namespace
+
+Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
+  Staging& st = staging_;
+  const int64_t T = pass.T, S = pass.sequences, W = pass.table_width;
+  const int64_t axes = config_.is_mrope() ? 3 : 1;
+  st.query_begin.push_back(static_cast<int32_t>(T));
+  KUIPER_RETURN_IF_ERROR(upload_ints(ws.ids, st.ids.data(), T));
+  KUIPER_RETURN_IF_ERROR(upload_ints(ws.positions, st.rows.data(), T));
+  KUIPER_RETURN_IF_ERROR(upload_ints(ws.query_begin, st.query_begin.data(), S + 1));
+  KUIPER_RETURN_IF_ERROR(upload_ints(ws.starts, st.starts.data(), S));
+  // [axes, T] rotary positions from the staged [T, axes].
+  st.host.resize(static_cast<size_t>(axes * T));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t a = 0; a < axes; ++a) {
+      st.host[static_cast<size_t>(a * T + t)] = st.rope[static_cast<size_t>(t * axes + a)];
     }
-    if (T == 1) {  // a decode step: its logits row goes to decode_ws_.logits
-      pass.logit_rows = 1;
-      KUIPER_RETURN_IF_ERROR(run_decode_step(pass));
-      continue;
-    }
-    const bool last = c0 + n == T;
-    pass.logit_rows = s.logits == LogitRows::kAll ? n : (last && s.logits == LogitRows::kLast ? 1 : 0);
-    const int64_t row = s.logits == LogitRows::kAll ? c0 : 0;
+  }
+  KUIPER_RETURN_IF_ERROR(upload_ints(ws.rope_positions, st.host.data(), axes * T));
+  // [S, W] block tables; entries past a sequence's blocks name the pad block (never read).
+  st.host.assign(static_cast<size_t>(S * W), pad_block_);
+  for (int64_t i = 0; i < S; ++i) {
+    const Span<const int32_t>& b = st.blocks[static_cast<size_t>(i)];
+    std::copy(b.begin(), b.end(), st.host.begin() + i * W);
+  }
+  KUIPER_RETURN_IF_ERROR(upload_ints(ws.block_tables, st.host.data(), S * W));
+  if (pass.gather) {
     KUIPER_RETURN_IF_ERROR(
-        run_forward(ws, pass, pass.logit_rows > 0 ? logits.rows(row, pass.logit_rows) : Tensor()));
-  }
-  if (T == 1 && logit_rows(s) == 1 && logits.raw() != decode_ws_.logits.raw()) {
-    return logits.copy_from(decode_ws_.logits);
+        upload_ints(ws.logit_index, st.logit_index.data(), pass.logit_rows));
   }
   return Status::Ok();
 }
@@ -533,28 +635,85 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
     if (images.empty()) images.resize(batch.size());
     KUIPER_ASSIGN_OR_RETURN(images[i], image_rows(batch[i]));
   }
-  auto image_of = [&](size_t i) {
-    return batch[i].image == nullptr ? nullptr : &images[i];
+  int64_t rows = 0, longest = 0;
+  for (const SequenceInput& s : batch) {
+    rows += logit_rows(s);
+    longest = std::max(longest, static_cast<int64_t>(s.tokens.size()));
+  }
+  // A pass holds up to prefill_chunk rows (0: a whole span); a graph captured on the old batch
+  // workspace goes with it.
+  if (options_.prefill_chunk == 0 && longest > batch_ws_.capacity) {
+    for (auto it = decode_graphs_.begin(); it != decode_graphs_.end();) {
+      it = it->first > 1 ? decode_graphs_.erase(it) : std::next(it);
+    }
+    batch_ws_ = Workspace();  // release the old buffers before allocating the larger ones
+    KUIPER_ASSIGN_OR_RETURN(batch_ws_, make_workspace(longest));
+  }
+  if (logits_.dim(0) < rows) {
+    logits_ = Tensor();
+    KUIPER_ASSIGN_OR_RETURN(logits_, Tensor::empty({rows, config_.vocab_size}, DataType::kFp32,
+                                                   options_.device));
+  }
+  const int64_t capacity = options_.prefill_chunk > 0
+                               ? std::min(options_.prefill_chunk, batch_ws_.capacity)
+                               : batch_ws_.capacity;
+  // The batch's rows run in passes, consecutive pieces of the entries' spans one after another,
+  // each at most `capacity` rows; a span is cut where a pass fills. The logits rows come out in
+  // the same order, so each pass's rows follow the last pass's.
+  Pass pass;
+  int64_t out_row = 0;
+  Tensor result;
+  auto flush = [&]() -> Status {
+    if (pass.T == 0) return Status::Ok();
+    const int64_t R = static_cast<int64_t>(staging_.logit_index.size());
+    pass.logit_rows = R;
+    pass.decode = pass.T == pass.sequences;
+    for (int64_t r = 0; r < R && !pass.gather; ++r) {
+      pass.gather = staging_.logit_index[static_cast<size_t>(r)] != pass.T - R + r;
+    }
+    const int64_t bucket = options_.cuda_graph && pass.decode && pass.rope_axes_equal &&
+                                   pass.images.empty() && R == pass.T
+                               ? graph_bucket(pass.sequences)
+                               : 0;
+    if (bucket > 0) {
+      stage_padding(&pass, bucket - pass.sequences);
+      pass.logit_rows = bucket;
+      pass.table_width = table_width_;
+      pass.max_queries = 1;
+      pass.max_keys = table_width_ * kv_block_size();
+      const Workspace& ws = bucket == 1 ? decode_ws_ : batch_ws_;
+      KUIPER_RETURN_IF_ERROR(upload(ws, pass));
+      KUIPER_RETURN_IF_ERROR(run_decode_graph(pass, bucket));
+      Tensor graph_rows = (bucket == 1 ? decode_ws_.logits : graph_logits_).rows(0, R);
+      if (out_row == 0 && R == rows) {
+        result = graph_rows;  // the whole batch: no copy
+      } else {
+        Tensor dst = logits_.rows(out_row, R);
+        KUIPER_RETURN_IF_ERROR(dst.copy_from(graph_rows));
+      }
+    } else {
+      const Workspace& ws = pass.T == 1 ? decode_ws_ : batch_ws_;
+      KUIPER_RETURN_IF_ERROR(upload(ws, pass));
+      KUIPER_RETURN_IF_ERROR(run_forward(ws, pass, R > 0 ? logits_.rows(out_row, R) : Tensor()));
+    }
+    out_row += R;
+    pass = Pass();
+    staging_ = Staging{{}, {}, {}, {}, {}, {}, {}, std::move(staging_.host)};
+    return Status::Ok();
   };
-  // A lone decode step returns its workspace's logits row in place (the decode graph writes it).
-  if (batch.size() == 1 && batch[0].tokens.size() == 1) {
-    KUIPER_RETURN_IF_ERROR(run_sequence(batch[0], image_of(0), decode_ws_.logits));
-    return decode_ws_.logits.rows(0, logit_rows(batch[0]));
-  }
-  int64_t rows = 0;
-  for (const SequenceInput& s : batch) rows += logit_rows(s);
-  if (!logits_.defined() || logits_.dim(0) < std::max<int64_t>(rows, 1)) {
-    logits_ = Tensor();  // release the old buffer before allocating the larger one
-    KUIPER_ASSIGN_OR_RETURN(logits_, Tensor::empty({std::max<int64_t>(rows, 1), config_.vocab_size},
-                                                   DataType::kFp32, options_.device));
-  }
-  int64_t row = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const int64_t n = logit_rows(batch[i]);
-    KUIPER_RETURN_IF_ERROR(run_sequence(batch[i], image_of(i), logits_.rows(row, n)));
-    row += n;
+    const SequenceInput& s = batch[i];
+    const ImageRows* image = batch[i].image == nullptr ? nullptr : &images[i];
+    const int64_t T = static_cast<int64_t>(s.tokens.size());
+    for (int64_t t = 0; t < T;) {
+      const int64_t n = std::min(T - t, capacity - pass.T);
+      stage(s, image, t, n, &pass);
+      t += n;
+      if (pass.T == capacity) KUIPER_RETURN_IF_ERROR(flush());
+    }
   }
-  return logits_.rows(0, rows);
+  KUIPER_RETURN_IF_ERROR(flush());
+  return result.defined() ? result : logits_.rows(0, rows);
 }
 
 Result<ImageFeatures> QwenModel::encode_images(const ImagePixels& images) {

@@ -11,6 +11,7 @@
 // the text models' fused kernel and the decode graph.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -61,17 +62,25 @@ class QwenModel : public Model {
     // whose weights stay views of the mapped file.
     Tensor qkv_proj, qkv_bias, gate_up_proj;
   };
-  // Activations for up to `capacity` tokens. Prefill's grows with the longest chunk; decode has
-  // its own of one token, allocated at load, so its addresses (baked into the decode graphs)
-  // never change.
+  // Activations and batch metadata for up to `capacity` tokens of one pass. The one-token
+  // workspace (decode of one sequence: the fused GEMV forms) and the batch workspace are
+  // allocated at load; the batch one grows only for a pass longer than it (prefill_chunk 0), and
+  // the decode graphs captured on it are then dropped, since they hold its addresses.
   struct Workspace {
     int64_t capacity = 0;
-    Tensor ids, positions;
-    Tensor x;  // the residual stream, in residual_dtype(activation)
+    Tensor ids;
+    Tensor positions;  // each token's row in the KV pool
+    Tensor x;          // the residual stream, in residual_dtype(activation)
     Tensor h, q, k, v, attn, o, gate, up;
     // int32 [axes * capacity], the first axes * T entries the [axes, T] rotary positions (M-RoPE,
-    // Qwen3-VL: 3 axes, rows t, h, w; else 1); positions stays the tokens' cache rows.
+    // Qwen3-VL: 3 axes, rows t, h, w; else 1).
     Tensor rope_positions;
+    // The pass's sequences (op::PagedBatch): query_begin [capacity + 1], starts [capacity],
+    // block tables [capacity * table_width] (a pass's [S, W] is its first S * W entries).
+    Tensor query_begin, starts, block_tables;
+    // The rows whose logits a pass wants, when not simply its last ones: their indices and the
+    // gathered residual rows.
+    Tensor logit_index, picked;
     // One-token workspaces only: q|k|v and gate|up back to back, the outputs of the stacked
     // GEMVs; q, k, v, gate and up are views of them; and the step's logits [1, vocab].
     Tensor qkv, gate_up, logits;
@@ -86,56 +95,87 @@ class QwenModel : public Model {
     ImageFeatures features;
     std::vector<ImageRun> runs;
   };
-  // One pass of rows [row0, row0 + T) of a sequence's span through the layers.
+  // Rows [at, at + count) of a pass take rows [feature_row, feature_row + count) of these
+  // image features.
+  struct PassImage {
+    const ImageFeatures* features;
+    int64_t at, feature_row, count;
+  };
+  // One pass through the layers: T rows, the spans (or pieces of spans) of `sequences`
+  // sequences one after another, staged in the host vectors below.
   struct Pass {
     int64_t T = 0;
-    int64_t start = 0;  // the cache position of the pass's first row
-    int32_t block = 0;  // the KV block holding the sequence
+    int64_t sequences = 0;
+    int64_t table_width = 0;  // block-table entries per sequence
+    int64_t max_queries = 0, max_keys = 0;
+    // Every sequence has one row (decode attention; the graphs serve these).
+    bool decode = false;
     // Every row's positions agree on all axes (always with one axis; M-RoPE: text), so RoPE at the
     // first axis serves, through the fused qk-norm / RoPE / cache-write kernel.
-    bool rope_axes_equal = false;
-    const ImageRows* image = nullptr;  // null: no image rows in the pass
-    int64_t row0 = 0;
-    int64_t logit_rows = 0;  // the pass's last rows whose logits are written
+    bool rope_axes_equal = true;
+    std::vector<PassImage> images;
+    int64_t logit_rows = 0;  // rows whose logits the pass writes
+    bool gather = false;     // they are not the pass's last logit_rows rows
+  };
+  // The pass being staged on the host, then uploaded into a workspace.
+  struct Staging {
+    std::vector<int32_t> ids, rows, query_begin, starts, logit_index;
+    std::vector<int32_t> rope;            // [T, axes]: each row's rotary position per axis
+    std::vector<Span<const int32_t>> blocks;  // each sequence's blocks
+    std::vector<int32_t> host;            // scratch: the [axes, T] positions, the block tables
   };
 
   QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file, const ModelOptions& options,
             int64_t max_context);
-  // Checks options, creates the attention ops and the decode workspace; weights come after.
+  // Checks options, creates the attention ops; weights, the KV pool and workspaces come after.
   static Result<std::unique_ptr<QwenModel>> make(ModelConfig config,
                                                  std::shared_ptr<ModelFile> file,
                                                  const ModelOptions& options);
-  // Fills every weight with `fetch(name, shape, out)`, counting its bytes, and allocates the
-  // KV pool.
+  // Fills every weight with `fetch(name, shape, out)`, counting its bytes, then sizes and
+  // allocates the KV pool and the workspaces.
   template <typename Fetch>
   Status build_weights(Fetch&& fetch);
+  // The number of KV blocks the options ask for (ModelOptions' pool sizing), the pad block not
+  // counted.
+  Result<int64_t> pool_blocks() const;
   // Stacks each layer's q/k/v and gate/up matrices (see Layer); device models only.
   Status stack_projections();
   Result<Workspace> make_workspace(int64_t tokens) const;
   // The image rows of a sequence carrying image features: the embeddings in the residual dtype,
   // the deepstack features in the activation dtype, on the model's device.
   Result<ImageRows> image_rows(const SequenceInput& sequence) const;
-  // Runs one sequence: uploads its tokens and positions, then its passes (prefill_chunk rows
-  // each, or the decode step); its requested logits rows go to `logits`.
-  Status run_sequence(const SequenceInput& sequence, const ImageRows* image, Tensor logits);
-  Status run_decode_step(const Pass& pass);
+  // Stages rows [t, t + n) of `sequence`'s span (images: `image`) into the pass.
+  void stage(const SequenceInput& sequence, const ImageRows* image, int64_t t, int64_t n,
+             Pass* pass);
+  // Uploads the staged pass into `ws`.
+  Status upload(const Workspace& ws, const Pass& pass);
+  // Runs a staged decode pass through the graph of its bucket (captured on first use), its
+  // logits in graph_logits_; `bucket` rows were staged (the padding included).
+  Status run_decode_graph(const Pass& pass, int64_t bucket);
   Status run_layer(Layer& layer, const Workspace& ws, const Pass& pass);
-  // Embedding, image rows, every layer and the logits of the pass's last logit_rows tokens into
-  // `logits`, all queued on the device; ids and positions are already in ws.
+  // Embedding, image rows, every layer and the logits of the pass's logit rows into `logits`,
+  // all queued on the device; the pass is already uploaded into ws.
   Status run_forward(const Workspace& ws, const Pass& pass, Tensor logits);
   Status apply_image_rows(const Pass& pass, int64_t layer, Tensor& x) const;
+  // The decode graph bucket for `sequences` sequences: the smallest captured size that holds
+  // them (1, 2, 4, 8, 16, 32, then multiples of 32), or 0 when no graph serves them.
+  int64_t graph_bucket(int64_t sequences) const;
+  // Stages `sequences` pad sequences after the pass's own (graph buckets), each one token in
+  // the pad block.
+  void stage_padding(Pass* pass, int64_t sequences);
 
   Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
   std::unique_ptr<VisionEncoder> vision_;  // null for a text-only model
   std::unique_ptr<op::AttentionOp> prefill_attention_, decode_attention_;
-  Workspace prefill_ws_, decode_ws_;
-  Tensor logits_;  // the rows a batch returns, unless it is one decode step
-  // One decode graph per KV block (ModelOptions::cuda_graph): the block's cache addresses are
-  // part of the captured step. Empty until the block's first decode step.
-  std::vector<DeviceGraph> decode_graphs_;
-  // Host staging of a sequence's cache positions and rotary positions, reused across calls.
-  std::vector<int32_t> host_positions_, host_rope_, host_pass_rope_;
+  Workspace decode_ws_, batch_ws_;
+  int64_t table_width_ = 0;  // block-table entries for the whole context
+  int32_t pad_block_ = 0;    // the pool's last block, written only by graph padding
+  Tensor logits_;        // the rows an eager batch returns
+  Tensor graph_logits_;  // the rows of the decode graphs of more than one sequence
+  // Decode graphs (ModelOptions::cuda_graph) by bucket; empty until a bucket's first step.
+  std::map<int64_t, DeviceGraph> decode_graphs_;
+  Staging staging_;
   int64_t weight_bytes_ = 0;
 };
 

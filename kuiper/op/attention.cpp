@@ -26,6 +26,66 @@ Result<AttentionKind> parse_attention(const std::string& name) {
 
 namespace kuiper::op {
 
+namespace {
+
+// The paged form's metadata: shapes and dtypes always; on the CPU (where the values can be read
+// without a copy) the values too: query spans that tile q, positions within the table's reach
+// and block ids within the pool.
+Status check_paged_batch(const AttentionArgs& a) {
+  const PagedBatch& b = a.paged;
+  const int64_t B = b.sequences();
+  auto int32_on_q = [&](const Tensor& t) {
+    return t.defined() && t.dtype() == DataType::kInt32 && t.device() == a.q.device();
+  };
+  if (B < 1 || !int32_on_q(b.query_begin) || b.query_begin.ndim() != 1 ||
+      !int32_on_q(b.starts) || b.starts.ndim() != 1 || b.starts.dim(0) != B ||
+      !int32_on_q(b.block_tables) || b.block_tables.ndim() != 2 || b.block_tables.dim(0) != B ||
+      b.block_tables.dim(1) < 1) {
+    return Status::Error("attention: paged batch metadata query_begin " +
+                         b.query_begin.describe() + ", starts " + b.starts.describe() +
+                         ", block_tables " + b.block_tables.describe() +
+                         " must be int32 [B + 1], [B], [B, W] on q's device");
+  }
+  if (b.block_size < 1 || a.k_cache.dim(0) % b.block_size != 0) {
+    return Status::Error("attention: block size " + std::to_string(b.block_size) +
+                         " does not divide the pool of " + std::to_string(a.k_cache.dim(0)) +
+                         " rows");
+  }
+  const int64_t reach = b.block_tables.dim(1) * b.block_size;
+  if (b.max_queries < 1 || b.max_keys < b.max_queries || b.max_keys > reach) {
+    return Status::Error("attention: paged bounds max_queries " + std::to_string(b.max_queries) +
+                         ", max_keys " + std::to_string(b.max_keys) + " outside [1, " +
+                         std::to_string(reach) + "]");
+  }
+  if (a.q.device() != DeviceType::kCpu) return Status::Ok();
+  const int32_t* begin = b.query_begin.data<int32_t>();
+  const int32_t* starts = b.starts.data<int32_t>();
+  const int32_t* table = b.block_tables.data<int32_t>();
+  const int64_t blocks = a.k_cache.dim(0) / b.block_size;
+  if (begin[0] != 0 || begin[B] != a.q.dim(0)) {
+    return Status::Error("attention: paged queries must span q's " + std::to_string(a.q.dim(0)) +
+                         " rows");
+  }
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t T = begin[i + 1] - begin[i];
+    if (T < 1 || T > b.max_queries || starts[i] < 0 || starts[i] + T > b.max_keys) {
+      return Status::Error("attention: paged sequence " + std::to_string(i) + " has " +
+                           std::to_string(T) + " queries from position " +
+                           std::to_string(starts[i]) + ", outside the bounds");
+    }
+    for (int64_t j = 0; j < (starts[i] + T + b.block_size - 1) / b.block_size; ++j) {
+      const int32_t id = table[i * b.block_tables.dim(1) + j];
+      if (id < 0 || id >= blocks) {
+        return Status::Error("attention: paged sequence " + std::to_string(i) + " names block " +
+                             std::to_string(id) + " of a pool of " + std::to_string(blocks));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status check_attention_args(const AttentionArgs& a) {
   const Tensor& q = a.q;
   if (q.ndim() != 3 || a.k_cache.ndim() != 3 || a.v_cache.shape() != a.k_cache.shape() ||
@@ -35,6 +95,7 @@ Status check_attention_args(const AttentionArgs& a) {
     return Status::Error("attention: q " + q.describe() + ", cache " + a.k_cache.describe() +
                          ", out " + a.out.describe() + " do not fit together");
   }
+  if (a.paged.defined()) return check_paged_batch(a);
   if (a.start < 0 || a.start + q.dim(0) > a.k_cache.dim(0)) {
     return Status::Error("attention: positions [" + std::to_string(a.start) + ", " +
                          std::to_string(a.start + q.dim(0)) + ") exceed the cache of " +
@@ -51,7 +112,11 @@ class CpuAttention final : public AttentionOp {
   Status forward(const AttentionArgs& a) override {
     KUIPER_RETURN_IF_ERROR(check_attention_args(a));
     Tensor out = a.out;
-    cpu::attention(a.q, a.k_cache, a.v_cache, out, a.start);
+    if (a.paged.defined()) {
+      cpu::paged_attention(a.q, a.k_cache, a.v_cache, out, a.paged);
+    } else {
+      cpu::attention(a.q, a.k_cache, a.v_cache, out, a.start);
+    }
     return Status::Ok();
   }
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kuiper/op/ops.h"
 #include "kuiper/runtime/cache_keys.h"
 #include "kuiper/runtime/vision_input.h"
 
@@ -24,6 +25,11 @@ int64_t pads_before(const PadRuns& runs, int64_t position) {
                                      static_cast<int64_t>(begin));
   }
   return pads;
+}
+
+// Whether the sampler's token is the arg-max of the raw logits row.
+bool plain_argmax(const Sampler& sampler) {
+  return sampler.greedy() && sampler.params().repeat_penalty == 1.0f;
 }
 
 }  // namespace
@@ -248,6 +254,20 @@ Status Engine::run(const std::vector<Entry*>& entries,
   batch.reserve(entries.size());
   for (const Entry* e : entries) batch.push_back(e->input);
   KUIPER_ASSIGN_OR_RETURN(const Tensor logits, model_.forward(batch));
+  // Greedy requests with no penalty take the arg-max of their row: one op over every row and one
+  // copy back for the whole batch, rather than a sampling call (and a copy) per request.
+  int64_t argmax_rows = 0;
+  for (const Entry* e : entries) {
+    if (e->input.logits == LogitRows::kLast && plain_argmax(e->request->sampler)) ++argmax_rows;
+  }
+  std::vector<int32_t> argmax;
+  if (argmax_rows > 1) {
+    KUIPER_ASSIGN_OR_RETURN(Tensor ids,
+                            Tensor::empty({logits.dim(0)}, DataType::kInt32, logits.device()));
+    KUIPER_RETURN_IF_ERROR(op::argmax(logits, ids));
+    KUIPER_ASSIGN_OR_RETURN(const Tensor host, ids.to(DeviceType::kCpu));
+    argmax.assign(host.data<int32_t>(), host.data<int32_t>() + host.numel());
+  }
   int64_t row = 0;
   for (Entry* e : entries) {
     Request& r = *e->request;
@@ -256,7 +276,10 @@ Status Engine::run(const std::vector<Entry*>& entries,
       r.features.reset();  // the prefill is past the last image
     }
     if (e->input.logits != LogitRows::kLast) continue;
-    Result<int32_t> id = r.sampler.sample(logits.rows(row++, 1), r.sequence.tokens);
+    const int64_t at = row++;
+    Result<int32_t> id = !argmax.empty() && plain_argmax(r.sampler)
+                             ? Result<int32_t>(argmax[static_cast<size_t>(at)])
+                             : r.sampler.sample(logits.rows(at, 1), r.sequence.tokens);
     if (!id.ok()) {
       fail(r, id.status(), finished);
       continue;

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "kuiper/op/attention.h"
 #include "kuiper/op/ops.h"
 #include "kuiper/tensor/tensor.h"
 
@@ -37,6 +38,9 @@ int32_t draw(const std::vector<op::TokenProbability>& candidates, double uniform
 // Exact causal GQA softmax attention; see AttentionArgs for the layout.
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, Tensor& out,
                int64_t start);
+// The same for a batch of sequences over a paged pool (PagedBatch, its tensors on the CPU).
+void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, Tensor& out,
+                     const op::PagedBatch& batch);
 
 // Vision tower ops.
 void layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
