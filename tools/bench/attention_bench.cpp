@@ -148,11 +148,13 @@ Result<json> bench_paged_decode(const std::string& kind, DataType activation, in
                                                 return op->forward(args[static_cast<size_t>(i % copies)]);
                                               },
                                               graph));
-  const double gbs = kv_bytes / seconds / 1e9;
+  const double flops = B * causal_attention_flops(H, D, L - 1, 1);
+  const double gbs = kv_bytes / seconds / 1e9, tflops = flops / seconds / 1e12;
   return json{{"attention", kind},
               {"kernel", op->name()},
               {"dtype", kuiper::dtype_name(activation)},
               {"phase", "decode"},
+              {"queries", B},  // one a sequence: the report's queries column is the batch
               {"sequences", B},
               {"block_size", bs},
               {"heads", H},
@@ -163,7 +165,10 @@ Result<json> bench_paged_decode(const std::string& kind, DataType activation, in
               {"timing", graph ? "graph replay" : "stream"},
               {"us", seconds * 1e6},
               {"kv_gb_s", gbs},
-              {"kv_pct_of_copy", 100.0 * gbs / copy_gbs}};
+              {"kv_pct_of_copy", 100.0 * gbs / copy_gbs},
+              {"flops", flops},
+              {"tflop_s", tflops},
+              {"pct_of_peak", 100.0 * tflops / FLAGS_peak_tflops}};
 }
 
 }  // namespace
