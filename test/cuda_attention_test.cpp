@@ -1,9 +1,11 @@
 // The CUDA attention kernels (mha, flash1, flash2; prefill and decode; fp32, fp16 and bf16;
-// decode with a device position) against the CPU reference on random inputs. Outputs are poisoned
+// decode with a device position; one contiguous sequence or a paged batch) against the CPU
+// reference on random inputs. Outputs are poisoned
 // with NaN before each run and cache rows past the valid prefix hold NaN, so an unwritten output or
 // a read beyond the context fails the comparison.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <map>
@@ -11,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kuiper/base/allocator.h"
@@ -273,6 +276,229 @@ std::vector<Case> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaAttention, testing::ValuesIn(all_cases()), case_name);
+
+// ---- the paged batch (AttentionArgs::paged) ----
+
+// Sequences of one paged batch: (queries, start) pairs.
+using Sequences = std::vector<std::pair<int, int>>;
+
+// A mixed batch for each phase: single queries, chunked prefills starting past position 0, a
+// sequence whose keys span dozens of blocks, keys ending exactly on a block boundary and one
+// past it.
+Sequences mixed_sequences(AttentionPhase phase) {
+  if (phase == AttentionPhase::kDecode) {
+    return {{1, 0}, {1, 15}, {1, 16}, {1, 100}, {1, 1030}, {1, 31}, {1, 63}};
+  }
+  return {{1, 0}, {37, 0}, {1, 200}, {64, 100}, {130, 515}, {5, 27}, {16, 16}};
+}
+
+// Many sequences of random lengths: more (sequence, kv head) units than the GPU has SMs in
+// decode, so the flash2 decode's blocks each hold several sequences.
+Sequences many_sequences(AttentionPhase phase, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const bool decode = phase == AttentionPhase::kDecode;
+  std::uniform_int_distribution<int> queries(1, 24), start(0, decode ? 400 : 120);
+  Sequences s(decode ? 100 : 20);
+  for (auto& [t, st] : s) {
+    t = decode ? 1 : queries(rng);
+    st = start(rng);
+  }
+  return s;
+}
+
+// A paged batch on the host: q rows of every sequence in order, the pool with each sequence's
+// blocks at scrambled places (a random permutation of the pool's blocks), NaN in every pool row
+// that holds no key of a sequence (spare blocks, the tail of a sequence's last block) so that a
+// wrong row read shows, table entries past a sequence's blocks pointing outside the pool, and the
+// CPU reference run per sequence over a gathered contiguous copy of its keys.
+struct PagedProblem {
+  Sequences seqs;
+  int block_size = 0, width = 0, pool_blocks = 0, max_queries = 0, max_keys = 0;
+  std::vector<int32_t> query_begin, starts, tables;
+  Tensor q, k, v, ref;  // host fp32
+};
+
+PagedProblem make_paged_problem(DataType dtype, int head_dim, int block_size, Sequences seqs,
+                                uint32_t seed, int width = 0, int pool_blocks = 0) {
+  PagedProblem p;
+  p.seqs = std::move(seqs);
+  p.block_size = block_size;
+  const int B = static_cast<int>(p.seqs.size()), heads = kKvHeads * 4;
+  int total_q = 0, needed = 0, most_blocks = 0;
+  for (const auto& [t, st] : p.seqs) {
+    p.query_begin.push_back(total_q);
+    p.starts.push_back(st);
+    total_q += t;
+    const int blocks = (st + t + block_size - 1) / block_size;
+    needed += blocks;
+    most_blocks = std::max(most_blocks, blocks);
+    p.max_queries = std::max(p.max_queries, t);
+    p.max_keys = std::max(p.max_keys, st + t);
+  }
+  p.query_begin.push_back(total_q);
+  p.width = std::max(width, most_blocks + 2);  // spare entries: never read
+  p.pool_blocks = std::max(pool_blocks, needed + 5);
+  std::vector<int32_t> order(static_cast<size_t>(p.pool_blocks));
+  for (int i = 0; i < p.pool_blocks; ++i) order[static_cast<size_t>(i)] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed + 7));
+  p.tables.assign(static_cast<size_t>(B) * p.width, 1 << 30);
+  const int rows = p.pool_blocks * block_size;
+  p.q = random_host({total_q, heads, head_dim}, dtype, -3.0f, 3.0f, seed);
+  p.k = random_host({rows, kKvHeads, head_dim}, dtype, -1.0f, 1.0f, seed + 1);
+  p.v = random_host({rows, kKvHeads, head_dim}, dtype, -1.0f, 1.0f, seed + 2);
+  const int64_t row_elems = int64_t{kKvHeads} * head_dim;
+  std::vector<bool> used(static_cast<size_t>(rows), false);
+  p.ref = *Tensor::empty({total_q, heads, head_dim}, DataType::kFp32);
+  size_t next = 0;
+  for (int i = 0; i < B; ++i) {
+    const auto [t, st] = p.seqs[static_cast<size_t>(i)];
+    const int keys = st + t;
+    for (int b = 0; b * block_size < keys; ++b) {
+      p.tables[static_cast<size_t>(i) * p.width + b] = order[next++];
+    }
+    Tensor kc = *Tensor::empty({keys, kKvHeads, head_dim}, DataType::kFp32);
+    Tensor vc = *Tensor::empty({keys, kKvHeads, head_dim}, DataType::kFp32);
+    for (int pos = 0; pos < keys; ++pos) {
+      const int row = p.tables[static_cast<size_t>(i) * p.width + pos / block_size] * block_size +
+                      pos % block_size;
+      used[static_cast<size_t>(row)] = true;
+      std::copy_n(p.k.data<float>() + row * row_elems, row_elems, kc.data<float>() + pos * row_elems);
+      std::copy_n(p.v.data<float>() + row * row_elems, row_elems, vc.data<float>() + pos * row_elems);
+    }
+    const int64_t q_elems = int64_t{heads} * head_dim, q0 = p.query_begin[static_cast<size_t>(i)];
+    Tensor qi = *Tensor::empty({t, heads, head_dim}, DataType::kFp32);
+    std::copy_n(p.q.data<float>() + q0 * q_elems, t * q_elems, qi.data<float>());
+    Tensor out = *Tensor::empty({t, heads, head_dim}, DataType::kFp32);
+    cpu::attention(qi, kc, vc, out, st);
+    std::copy_n(out.data<float>(), t * q_elems, p.ref.data<float>() + q0 * q_elems);
+  }
+  for (int row = 0; row < rows; ++row) {
+    if (used[static_cast<size_t>(row)]) continue;
+    std::fill_n(p.k.data<float>() + row * row_elems, row_elems, NAN);
+    std::fill_n(p.v.data<float>() + row * row_elems, row_elems, NAN);
+  }
+  return p;
+}
+
+Result<Tensor> int_tensor_on_device(const std::vector<int32_t>& values, std::vector<int64_t> shape) {
+  KUIPER_ASSIGN_OR_RETURN(Tensor host, Tensor::empty(std::move(shape), DataType::kInt32));
+  std::copy(values.begin(), values.end(), host.data<int32_t>());
+  return host.to(DeviceType::kCuda);
+}
+
+// The paged call's arguments on the device, out poisoned with NaN.
+AttentionArgs paged_device_args(const PagedProblem& p, DataType dtype) {
+  AttentionArgs args;
+  args.q = *to_device(p.q, dtype);
+  args.k_cache = *to_device(p.k, dtype);
+  args.v_cache = *to_device(p.v, dtype);
+  args.out = *nan_tensor(p.q.shape(), dtype);
+  const int64_t B = static_cast<int64_t>(p.seqs.size());
+  args.paged.query_begin = *int_tensor_on_device(p.query_begin, {B + 1});
+  args.paged.starts = *int_tensor_on_device(p.starts, {B});
+  args.paged.block_tables = *int_tensor_on_device(p.tables, {B, p.width});
+  args.paged.block_size = p.block_size;
+  args.paged.max_queries = p.max_queries;
+  args.paged.max_keys = p.max_keys;
+  return args;
+}
+
+struct PagedCase {
+  AttentionKind kind;
+  AttentionPhase phase;
+  DataType dtype;
+  bool device_position;
+  int head_dim;
+  int block_size;
+  bool many;     // many_sequences, else mixed_sequences
+  int grid = 0;  // AttentionRequest::decode_grid
+};
+
+std::string paged_case_name(const testing::TestParamInfo<PagedCase>& info) {
+  const PagedCase& c = info.param;
+  return std::string(attention_name(c.kind)) +
+         (c.phase == AttentionPhase::kPrefill ? "_prefill_" : "_decode_") + dtype_name(c.dtype) +
+         (c.device_position ? "_devpos" : "") + "_d" + std::to_string(c.head_dim) + "_bs" +
+         std::to_string(c.block_size) + (c.many ? "_many" : "_mixed") +
+         (c.grid > 0 ? "_grid" + std::to_string(c.grid) : "");
+}
+
+const PagedProblem& paged_problem_for(const PagedCase& c) {
+  static std::map<std::string, std::unique_ptr<PagedProblem>> cache;
+  const std::string key = std::string(dtype_name(c.dtype)) + "/" + std::to_string(c.head_dim) +
+                          "/" + std::to_string(c.block_size) + "/" + (c.phase == AttentionPhase::kPrefill ? "prefill" : "decode") + "/" +
+                          (c.many ? "many" : "mixed");
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  const uint32_t seed = static_cast<uint32_t>(std::hash<std::string>()(key));
+  Sequences seqs = c.many ? many_sequences(c.phase, seed) : mixed_sequences(c.phase);
+  auto p = std::make_unique<PagedProblem>(
+      make_paged_problem(c.dtype, c.head_dim, c.block_size, std::move(seqs), seed));
+  return *(cache[key] = std::move(p));
+}
+
+class CudaAttentionPaged : public testing::TestWithParam<PagedCase> {};
+
+TEST_P(CudaAttentionPaged, MatchesCpuReferencePerSequence) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  const PagedCase& c = GetParam();
+  const PagedProblem& p = paged_problem_for(c);
+  AttentionRequest request{c.kind, c.phase, c.dtype, DeviceType::kCuda, c.device_position,
+                           c.head_dim};
+  request.decode_grid = c.grid;
+  Result<std::unique_ptr<AttentionOp>> op = make_attention(request);
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  AttentionArgs args = paged_device_args(p, c.dtype);
+  // Twice: the second run reuses the op's scratch buffers, as decode steps do.
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), c.dtype)).ok());
+    Status st = (*op)->forward(args);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_TRUE(sync().ok());
+    Result<Tensor> got = to_host_f32(args.out);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    expect_close(*got, p.ref, c.dtype);
+  }
+}
+
+std::vector<PagedCase> paged_cases() {
+  const AttentionKind kinds[] = {AttentionKind::kMha, AttentionKind::kFlash1,
+                                 AttentionKind::kFlash2};
+  const DataType dtypes[] = {DataType::kFp32, DataType::kFp16, DataType::kBf16};
+  std::vector<PagedCase> cases;
+  for (AttentionKind kind : kinds) {
+    for (DataType dtype : dtypes) {
+      for (int d : {64, 128}) {
+        for (int bs : {16, 32}) {
+          cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, d, bs, false});
+          for (bool dp : {false, true}) {
+            cases.push_back({kind, AttentionPhase::kDecode, dtype, dp, d, bs, false});
+          }
+        }
+      }
+      cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, 128, 16, true});
+      for (bool dp : {false, true}) {
+        cases.push_back({kind, AttentionPhase::kDecode, dtype, dp, 128, 16, true});
+      }
+    }
+  }
+  // Explicit grids: the flash2 16-bit decode's blocks cut units of several sequences; flash1's
+  // splits per (sequence, kv head) (grid / units) of 1 and 3.
+  for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
+    for (int grid : {1, 3, 7, 130}) {
+      for (bool many : {false, true}) {
+        cases.push_back({AttentionKind::kFlash2, AttentionPhase::kDecode, dtype, true, 128, 16,
+                         many, grid});
+      }
+    }
+    cases.push_back({AttentionKind::kFlash1, AttentionPhase::kDecode, dtype, true, 128, 16, false,
+                     3 * 7 * kKvHeads});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaAttentionPaged, testing::ValuesIn(paged_cases()),
+                         paged_case_name);
 
 // The 16-bit flash2 decode's balanced partition (host arithmetic, no GPU): the blocks tile the
 // flattened (unit, key) work exactly, in equal shares to within one key, and decode_block_of
@@ -635,6 +861,85 @@ TEST(CudaAttentionGraph, Flash2DecodeRereadsAPositionWrittenJustBefore) {
     SCOPED_TRACE(dtype_name(dtype));
     decode_rereads_a_position_written_just_before(dtype);
   }
+}
+
+// The paged device-position decode of every kind, captured once and replayed after the batch's
+// state changed in device memory: new starts, block tables (another scramble of the pool), q and
+// pool contents, and back. The grid is sized for the tables' W * block_size keys a sequence.
+TEST(CudaAttentionGraph, PagedDecodeReplaysWithNewStartsAndTables) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int d = 128, bs = 16, width = 21, pool_blocks = 120;
+  const Sequences first = {{1, 0}, {1, 40}, {1, 300}, {1, 17}, {1, 129}};
+  const Sequences second = {{1, 299}, {1, 5}, {1, 64}, {1, 0}, {1, 200}};
+  for (DataType dtype : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
+    const PagedProblem p1 = make_paged_problem(dtype, d, bs, first, 11, width, pool_blocks);
+    const PagedProblem p2 = make_paged_problem(dtype, d, bs, second, 12, width, pool_blocks);
+    for (AttentionKind kind :
+         {AttentionKind::kMha, AttentionKind::kFlash1, AttentionKind::kFlash2}) {
+      SCOPED_TRACE(std::string(attention_name(kind)) + " " + dtype_name(dtype));
+      auto op = make_attention(
+          {kind, AttentionPhase::kDecode, dtype, DeviceType::kCuda, true, d});
+      ASSERT_TRUE(op.ok()) << op.status().message();
+      AttentionArgs args = paged_device_args(p1, dtype);
+      ASSERT_OK((*op)->forward(args));  // allocates the op's buffers outside the capture
+      ASSERT_TRUE(sync().ok());
+      Result<DeviceGraph> graph = DeviceGraph::capture([&] { return (*op)->forward(args); });
+      ASSERT_OK(graph);
+      for (const PagedProblem* p : {&p2, &p1, &p2}) {
+        const int64_t B = static_cast<int64_t>(p->seqs.size());
+        ASSERT_OK(args.q.copy_from(*to_device(p->q, dtype)));
+        ASSERT_OK(args.k_cache.copy_from(*to_device(p->k, dtype)));
+        ASSERT_OK(args.v_cache.copy_from(*to_device(p->v, dtype)));
+        ASSERT_OK(args.paged.starts.copy_from(*int_tensor_on_device(p->starts, {B})));
+        ASSERT_OK(args.paged.block_tables.copy_from(
+            *int_tensor_on_device(p->tables, {B, p->width})));
+        ASSERT_OK(args.out.copy_from(*nan_tensor(p->q.shape(), dtype)));
+        ASSERT_TRUE(sync().ok());
+        ASSERT_OK(graph->replay());
+        ASSERT_TRUE(sync().ok());
+        expect_close(*to_host_f32(args.out), p->ref, dtype);
+      }
+    }
+  }
+}
+
+// The paged form's host checks: metadata shapes, one query a sequence in decode, a block size
+// that divides the pool, launch bounds that fit the tables.
+TEST(CudaAttentionDispatch, RefusesMalformedPagedCalls) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const PagedProblem p = make_paged_problem(DataType::kFp16, 64, 16,
+                                            mixed_sequences(AttentionPhase::kPrefill), 5);
+  auto prefill = make_attention(
+      {AttentionKind::kFlash2, AttentionPhase::kPrefill, DataType::kFp16, DeviceType::kCuda,
+       false, 64});
+  auto decode = make_attention(
+      {AttentionKind::kFlash2, AttentionPhase::kDecode, DataType::kFp16, DeviceType::kCuda,
+       false, 64});
+  ASSERT_TRUE(prefill.ok() && decode.ok());
+  const AttentionArgs good = paged_device_args(p, DataType::kFp16);
+  ASSERT_OK((*prefill)->forward(good));
+  auto refused = [&](AttentionOp& op, const AttentionArgs& a, const std::string& words) {
+    Status st = op.forward(a);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
+  };
+  refused(**decode, good, "one query per sequence");
+  AttentionArgs a = good;
+  a.paged.block_size = 0;
+  refused(**prefill, a, "block_size");
+  a = good;
+  a.paged.max_queries = 0;
+  refused(**prefill, a, "max_queries");
+  a = good;
+  a.paged.max_keys = p.width * p.block_size + 1;
+  refused(**prefill, a, "max_keys");
+  a = good;
+  a.paged.starts = *Tensor::empty({3}, DataType::kInt32, DeviceType::kCuda);
+  refused(**prefill, a, "one batch");
+  a = good;
+  a.paged.block_tables = *Tensor::empty({static_cast<int64_t>(p.seqs.size()) * p.width},
+                                        DataType::kInt32, DeviceType::kCuda);
+  refused(**prefill, a, "int32");
 }
 
 TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {

@@ -58,6 +58,11 @@ DEFINE_bool(pdl, true, "attention-only: launch the flash2 fp16 decode with PDL (
 DEFINE_string(decode_kv_lens, "",
               "attention-only: decode (one query) at each of these kv lengths; with "
               "--causal-lens, replaces the --kv-len/--prefill-len cases");
+DEFINE_string(decode_batch, "",
+              "attention-only: batched decode over a paged KV pool, one case for each of these "
+              "sequence counts B: B sequences of --kv-len keys in one call (GB/s of all their "
+              "K/V); replaces the other cases");
+DEFINE_int32(block_size, 16, "attention-only --decode-batch: KV pool block size (rows)");
 DEFINE_string(causal_lens, "",
               "attention-only: causal prefill of T queries over T keys from position 0 for "
               "each of these T");

@@ -42,6 +42,8 @@ DECLARE_int32(decode_grid);
 DECLARE_bool(pdl);
 DECLARE_string(decode_kv_lens);
 DECLARE_string(causal_lens);
+DECLARE_string(decode_batch);
+DECLARE_int32(block_size);
 DECLARE_bool(throughput);
 DECLARE_string(device);
 DECLARE_int32(num_prompts);

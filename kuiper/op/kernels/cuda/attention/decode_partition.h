@@ -2,7 +2,8 @@
 // kernel and its host-side tests (plain C++: no CUDA types).
 //
 // The work is `units` (kv head, head group) pairs times `len` keys each, flattened unit-major
-// into [0, units * len). A launch has a fixed grid of `grid` blocks (fixed on the host from the
+// into [0, units * len); a paged batch lays its sequences' units one after another, each of its
+// own sequence's length (flash2_decode.cu), and the arithmetic below is the same. A launch has a fixed grid of `grid` blocks (fixed on the host from the
 // SM count, never from the position), of which the first decode_blocks(work, grid, units) hold keys:
 // block b takes [work * b / blocks, work * (b + 1) / blocks), so every block gets the same
 // number of keys to within one and a block may cross from one unit into the next (writing one

@@ -23,7 +23,7 @@ class CudaAttention final : public AttentionOp {
   Status forward(const AttentionArgs& a) override {
     using namespace cuda_attention;
     KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
-    const Geometry g = make_geometry(a, request_.device_position);
+    const Geometry g = make_geometry(a, request_);
     switch (request_.kind) {
       case AttentionKind::kMha: return run_mha(a, g, request_, buffers_);
       case AttentionKind::kFlash1: return run_flash1(a, g, request_, buffers_);

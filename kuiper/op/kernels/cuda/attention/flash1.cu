@@ -12,7 +12,9 @@
 //
 // Rows are (query, head) pairs of one kv head: row r of the flattened [T x group] list is query
 // r / group of head kvh * group + r % group. Packing a GQA group into one block loads each K/V
-// tile once for all the heads that share it. Decode is the same kernel with T = 1, split over
+// tile once for all the heads that share it. The grid is (row blocks, kv heads, sequences x
+// splits): a batch's sequences each get max_queries' worth of row blocks (the ones past a
+// sequence's queries exit). Decode is the same kernel with one query per sequence, split over
 // the KV length (grid z, split_keys in split_kv.cuh): each split writes an unnormalised partial
 // (O * l, m, l) and combine_splits merges them. The split count never depends on the position,
 // so the device-position variant only reads the position from the device.
@@ -57,13 +59,15 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
   float* ps = vs + Tr::kKeys * Tr::kStride;
 
   const RowTile tile = row_tile<Tr::kRows>(g);
+  if (tile.empty()) return;
   const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
   const int kv_end = tile.kv_end;
   // Decode (o_part set, T = 1) takes only its split's keys [kbeg, kend).
   int kbeg = 0, kend = kv_end;
-  if (o_part != nullptr && !split_range(kv_end, Tr::kKeys, kbeg, kend)) return;
+  if (o_part != nullptr && !split_range(g, kv_end, Tr::kKeys, kbeg, kend)) return;
 
-  stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs, Tr::kStride);
+  stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(query_rows<D>(q, g, tile.seq.q0), g, kvh, r0,
+                                              total_rows, qs, Tr::kStride);
 
   const int r = threadIdx.x / Tr::kLanesPerRow;  // this thread's row
   const int c0 = threadIdx.x % Tr::kLanesPerRow;
@@ -74,8 +78,10 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
 
   for (int key0 = kbeg; key0 < kend; key0 += Tr::kKeys) {
     __syncthreads();  // the previous tile's K, V and P are no longer read
-    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(k, g.kv_heads, kvh, key0, kend, ks);
-    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(v, g.kv_heads, kvh, key0, kend, vs);
+    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(k, tile.seq.keys, g.kv_heads, kvh,
+                                                             key0, kend, ks);
+    load_kv_tile<T, D, Tr::kKeys, Tr::kStride, Tr::kThreads>(v, tile.seq.keys, g.kv_heads, kvh,
+                                                             key0, kend, vs);
     __syncthreads();
 
     // S = Q K^T for this thread's columns c0 + 8 i.
@@ -129,7 +135,7 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
 
   if (r0 + r < total_rows && o_part != nullptr) {
     const int h = kvh * g.group + r0 + r;  // T = 1: the row is the head within the group
-    const size_t slot = static_cast<size_t>(h) * gridDim.z + blockIdx.z;
+    const size_t slot = split_slot(g, h);
 #pragma unroll
     for (int i = 0; i < Tr::kDimsPerThread / 4; ++i) {
       const float4 x = make_float4(o[4 * i] * st.l, o[4 * i + 1] * st.l, o[4 * i + 2] * st.l,
@@ -139,7 +145,7 @@ __global__ void __launch_bounds__(Flash1Traits<D>::kThreads)
     if (c0 == 0) ml_part[slot] = make_float2(st.m, st.l);
   } else if (r0 + r < total_rows) {
     const int row = r0 + r, t = row / g.group, h = kvh * g.group + row % g.group;
-    T* dst = out + (static_cast<size_t>(t) * g.heads + h) * D;
+    T* dst = query_rows<D>(out, g, tile.seq.q0) + (static_cast<size_t>(t) * g.heads + h) * D;
 #pragma unroll
     for (int i = 0; i < Tr::kDimsPerThread / 4; ++i) {
       store_vec<T, 4>(dst + c0 * 4 + i * 32, o + 4 * i);
@@ -182,13 +188,15 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
   float* ls = ms + Tr::kRows;
 
   const RowTile tile = row_tile<Tr::kRows>(g);
+  if (tile.empty()) return;
   const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
   const int kv_end = tile.kv_end;
   int kbeg = 0, kend = kv_end;  // decode (o_part set, T = 1): this split's keys only
-  if (o_part != nullptr && !split_range(kv_end, Tr::kKeys, kbeg, kend)) return;
+  if (o_part != nullptr && !split_range(g, kv_end, Tr::kKeys, kbeg, kend)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
-  cp_async_q_tile<D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, vs);
+  cp_async_q_tile<D, Tr::kRows, Tr::kThreads>(query_rows<D>(q, g, tile.seq.q0), g, kvh, r0,
+                                              total_rows, vs);
   cp_async_commit();
   for (int i = threadIdx.x; i < Tr::kRows * Tr::kOStride; i += Tr::kThreads) os[i] = 0.0f;
   for (int i = threadIdx.x; i < Tr::kRows; i += Tr::kThreads) {
@@ -210,7 +218,8 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
 
   for (int key0 = kbeg; key0 < kend; key0 += Tr::kKeys) {
     __syncthreads();  // the previous tile (and, the first time, Q in the V tile) is no longer read
-    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, kvh, key0, kend, ks, vs);
+    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, tile.seq.keys, g.kv_heads, kvh, key0,
+                                                  kend, ks, vs);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -284,7 +293,7 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
     const float* src = os + (warp * 16 + r) * Tr::kOStride + ch * 8;
     if (o_part != nullptr) {  // T = 1: the row is the head within the group
       const float l = ls[warp * 16 + r];
-      const size_t slot = static_cast<size_t>(kvh * g.group + row) * gridDim.z + blockIdx.z;
+      const size_t slot = split_slot(g, kvh * g.group + row);
 #pragma unroll
       for (int e = 0; e < 8; ++e) o_part[slot * D + ch * 8 + e] = src[e] * l;
       if (ch == 0) ml_part[slot] = make_float2(ms[warp * 16 + r], l);
@@ -293,7 +302,9 @@ __global__ void __launch_bounds__(Flash1TcTraits<D>::kThreads)
       float x[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = src[e];
-      store_vec<T, 8>(out + (static_cast<size_t>(t) * g.heads + h) * D + ch * 8, x);
+      store_vec<T, 8>(query_rows<D>(out, g, tile.seq.q0) + (static_cast<size_t>(t) * g.heads + h) * D +
+                          ch * 8,
+                      x);
     }
   }
 }
@@ -304,27 +315,30 @@ constexpr int kBlocksPerSm = 2;
 // Prefill: one launch of kKernel over (row blocks, kv heads). Decode: the same kernel over KV
 // splits (grid z) into partials, then combine_splits.
 template <auto kKernel, typename Tr, typename T, int D>
-Status launch_flash1(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
+Status launch_flash1(const AttentionArgs& a, const Geometry& geometry, const AttentionRequest& r,
                      AttentionBuffers& buffers, const char* what) {
   KUIPER_RETURN_IF_ERROR(allow_shared_memory<kKernel>(Tr::kSharedBytes));
+  Geometry g = geometry;
   auto launch = [&](dim3 grid, float* o_part, float2* ml_part) {
     kKernel<<<grid, Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
         a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(), a.out.data<T>(), o_part, ml_part,
         g);
     return cuda::check(cudaGetLastError(), what);
   };
-  const int row_blocks = (g.T * g.group + Tr::kRows - 1) / Tr::kRows;
+  const int row_blocks = (g.max_queries * g.group + Tr::kRows - 1) / Tr::kRows;
   if (r.phase == AttentionPhase::kPrefill) {
-    return launch(dim3(row_blocks, g.kv_heads, 1), nullptr, nullptr);
+    return launch(dim3(row_blocks, g.kv_heads, g.batch), nullptr, nullptr);
   }
-  KUIPER_ASSIGN_OR_RETURN(const int splits, decode_split_count(r, g, row_blocks * g.kv_heads,
-                                                               Tr::kKeys, kBlocksPerSm));
-  const size_t slots = static_cast<size_t>(g.heads) * splits;
+  KUIPER_ASSIGN_OR_RETURN(g.splits, decode_split_count(r, g, row_blocks * g.kv_heads * g.batch,
+                                                       Tr::kKeys, kBlocksPerSm));
+  const int splits = g.splits;
+  const size_t slots = static_cast<size_t>(g.batch) * g.heads * splits;
   KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
   KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
   float2* ml_part = reinterpret_cast<float2*>(ml);
-  KUIPER_RETURN_IF_ERROR(launch(dim3(row_blocks, g.kv_heads, splits), o_part, ml_part));
-  combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
+  KUIPER_RETURN_IF_ERROR(
+      launch(dim3(row_blocks, g.kv_heads, g.batch * splits), o_part, ml_part));
+  combine_splits<T, D><<<dim3(g.heads, g.batch), kCombineThreads, 0, cuda::stream()>>>(
       o_part, ml_part, a.out.data<T>(), g, splits, Tr::kKeys);
   KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
   return Status::Ok();

@@ -1,17 +1,19 @@
 // FlashAttention-2 decode (flash-decoding): one query cannot fill the GPU from a single KV pass, so
 // the context is split over the KV length. fp16 and bf16 (flash2_decode_tc): a fixed grid (the
-// largest multiple of the (kv head, group of up to 16 query heads) count that fits the SMs) over
-// which the flattened (unit, key) work is spread evenly on the device from the position
-// (decode_partition.h); a block whose range crosses into the next unit writes a partial for each.
+// largest multiple of the (sequence, kv head, group of up to 16 query heads) count that fits the
+// SMs, or the SM count) over which the flattened (unit, key) work of the whole batch is spread
+// evenly on the device from the positions (decode_partition.h); a block writes the units it holds
+// whole straight to out, and a partial for a unit it shares with the next or previous block.
 // K/V stream through a cp.async ring, both products run on tensor cores, and the last block
 // touching a unit to finish combines its partials (no second launch). The kernel is launched with
 // PDL (unless the request turns it off): it starts loading its first tiles before it waits for the
 // kernel before, and keeps them only if the position it reads after the wait is the one it guessed.
 // fp32 (flash2_decode_split, SIMT): fixed chunks of kChunk keys, one block per (chunk, kv head,
-// group of <= 8 query heads), then combine_splits. Either way each split writes an unnormalised
-// partial output with its maximum and sum, partial buffers are sized for the whole cache and
-// device-position grids for the capacity (blocks past the position's work exit at once), so nothing
-// about a decode step depends on the position except what the kernels read from the device.
+// sequence and group of <= 8 query heads), then combine_splits. Either way each split writes an
+// unnormalised partial output with its maximum and sum, partial buffers are sized for the launch's
+// key_capacity and device-position grids for the capacity (blocks past the position's work exit at
+// once), so nothing about a decode step depends on the position except what the kernels read from
+// the device.
 #include <algorithm>
 #include <type_traits>
 
@@ -41,16 +43,17 @@ __device__ __forceinline__ void unpack_slice(const uint4 (&raw)[N], float* out) 
 // Loads a lane's slices of kBatch consecutive steps' rows, raw; rows past the context are
 // zeros (their score is masked, and 0 * NaN from an unwritten row would poison P·V).
 template <typename T, int D>
-__device__ __forceinline__ void load_slices(const T* cache, const Geometry& g, int kvh, int first_key,
-                                            int len, int part,
+__device__ __forceinline__ void load_slices(const T* cache, const KeyRows& keys, const Geometry& g,
+                                            int kvh, int first_key, int len, int part,
                                             uint4 (&raw)[DecodeTraits<T, D>::kBatch]
                                                         [DecodeTraits<T, D>::kWords]) {
   using Tr = DecodeTraits<T, D>;
 #pragma unroll
   for (int i = 0; i < Tr::kBatch; ++i) {
     const int key = first_key + i * Tr::kKeysPerStep;
+    const int row = key < len ? keys.row(key) : 0;  // past the context the table is not read
     const uint4* src = reinterpret_cast<const uint4*>(
-        cache + (static_cast<size_t>(key) * g.kv_heads + kvh) * D + part * Tr::kElems);
+        cache + (static_cast<size_t>(row) * g.kv_heads + kvh) * D + part * Tr::kElems);
 #pragma unroll
     for (int c = 0; c < Tr::kWords; ++c) raw[i][c] = key < len ? src[c] : make_uint4(0, 0, 0, 0);
   }
@@ -60,15 +63,18 @@ __device__ __forceinline__ void load_slices(const T* cache, const Geometry& g, i
 // kBatch loads in flight at a time. The first batch must already be in `raw` (loaded ahead so
 // that it overlaps other work); rows past the context are zeros.
 template <typename T, int D, typename F>
-__device__ __forceinline__ void for_each_slice(const T* cache, const Geometry& g, int kvh,
-                                               int lane_key0, int len, int part,
+__device__ __forceinline__ void for_each_slice(const T* cache, const KeyRows& keys,
+                                               const Geometry& g, int kvh, int lane_key0, int len,
+                                               int part,
                                                uint4 (&raw)[DecodeTraits<T, D>::kBatch]
                                                            [DecodeTraits<T, D>::kWords],
                                                F&& f) {
   using Tr = DecodeTraits<T, D>;
 #pragma unroll
   for (int b = 0; b < Tr::kSteps; b += Tr::kBatch) {
-    if (b > 0) load_slices<T, D>(cache, g, kvh, lane_key0 + b * Tr::kKeysPerStep, len, part, raw);
+    if (b > 0) {
+      load_slices<T, D>(cache, keys, g, kvh, lane_key0 + b * Tr::kKeysPerStep, len, part, raw);
+    }
 #pragma unroll
     for (int i = 0; i < Tr::kBatch; ++i) {
       float x[Tr::kElems];
@@ -79,7 +85,8 @@ __device__ __forceinline__ void for_each_slice(const T* cache, const Geometry& g
 }
 
 // G: query heads per block, the GQA group rounded up to a power of two (at most 8), so a lane
-// holds q and output slices for exactly the heads it serves.
+// holds q and output slices for exactly the heads it serves. Grid (chunks, kv heads, sequences x
+// head groups of G).
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kSplitThreads)
     flash2_decode_split(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -89,11 +96,15 @@ __global__ void __launch_bounds__(kSplitThreads)
   __shared__ float scores[G][kChunk];
   __shared__ float partial[kSplitThreads / 32][G][D];
 
+  const int groups = (g.group + G - 1) / G;
+  const int seq_i = blockIdx.z / groups;
+  const Sequence seq = sequence(g, seq_i);
   const int chunk = blockIdx.x, kvh = blockIdx.y;
-  const int g0 = blockIdx.z * G, ng = min(G, g.group - g0);
-  const int len = first_position(g) + 1;
+  const int g0 = blockIdx.z % groups * G, ng = min(G, g.group - g0);
+  const int len = seq.pos0 + 1;
   const int key0 = chunk * kChunk;
-  if (key0 >= len) return;  // device-position grids cover the whole cache
+  if (key0 >= len) return;  // grids cover key_capacity
+  q = query_rows<D>(q, g, seq.q0);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int sub = lane / Tr::kLanesPerKey;   // which key of a step this lane works on
@@ -102,7 +113,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   const int lane_key0 = key0 + warp * 32 + sub;  // this lane's key in step 0
 
   uint4 raw[Tr::kBatch][Tr::kWords];
-  load_slices<T, D>(k, g, kvh, lane_key0, len, part, raw);
+  load_slices<T, D>(k, seq.keys, g, kvh, lane_key0, len, part, raw);
   float qv[G][Tr::kElems];
 #pragma unroll
   for (int gi = 0; gi < G; ++gi) {
@@ -114,7 +125,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   }
 
   // Scores.
-  for_each_slice<T, D>(k, g, kvh, lane_key0, len, part, raw, [&](int key, const float* kv) {
+  for_each_slice<T, D>(k, seq.keys, g, kvh, lane_key0, len, part, raw, [&](int key, const float* kv) {
 #pragma unroll
     for (int gi = 0; gi < G; ++gi) {
       if (gi < ng) {  // block-uniform: every lane joins the shuffles
@@ -126,7 +137,7 @@ __global__ void __launch_bounds__(kSplitThreads)
       }
     }
   });
-  load_slices<T, D>(v, g, kvh, lane_key0, len, part, raw);  // V in flight during the softmax
+  load_slices<T, D>(v, seq.keys, g, kvh, lane_key0, len, part, raw);  // V in flight: the softmax
   __syncthreads();
 
   // Per head: the chunk's maximum, exponentials (flushed when negligible) and their sum.
@@ -147,13 +158,16 @@ __global__ void __launch_bounds__(kSplitThreads)
       sum += x[i];
     }
     sum = group_sum<32>(sum);
-    if (lane == 0) ml_part[static_cast<size_t>(head0 + gi) * max_chunks + chunk] = make_float2(mx, sum);
+    if (lane == 0) {
+      ml_part[(static_cast<size_t>(seq_i) * g.heads + head0 + gi) * max_chunks + chunk] =
+          make_float2(mx, sum);
+    }
   }
   __syncthreads();
 
   // P·V with the same lane layout; each lane accumulates its row slice for every head.
   float o[G][Tr::kElems] = {};
-  for_each_slice<T, D>(v, g, kvh, lane_key0, len, part, raw, [&](int key, const float* vv) {
+  for_each_slice<T, D>(v, seq.keys, g, kvh, lane_key0, len, part, raw, [&](int key, const float* vv) {
 #pragma unroll
     for (int gi = 0; gi < G; ++gi) {
       if (gi < ng) {
@@ -183,7 +197,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     float acc = 0.0f;
 #pragma unroll
     for (int w = 0; w < kSplitThreads / 32; ++w) acc += partial[w][gi][d];
-    o_part[(static_cast<size_t>(head0 + gi) * max_chunks + chunk) * D + d] = acc;
+    o_part[((static_cast<size_t>(seq_i) * g.heads + head0 + gi) * max_chunks + chunk) * D + d] = acc;
   }
 }
 
@@ -210,13 +224,19 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
   return old;
 }
 
-// Keys in the cache at this decode step (the position + 1), read past L1: a decode kernel reads
-// it twice, before and after its dependency wait, and the second read must see a new value.
+// Keys in the cache at this decode step of the contiguous form (the position + 1), read past
+// L1: a decode kernel reads it twice, before and after its dependency wait, and the second read
+// must see a new value.
 __device__ __forceinline__ int device_context(const Geometry& g) {
   if (g.device_position == nullptr) return g.start + 1;
-  return min(max(__ldcg(g.device_position), 0), g.max_ctx - 1) + 1;
+  return min(max(__ldcg(g.device_position), 0), g.key_capacity - 1) + 1;
 }
 
+// The work of a batch: sequence i has units (kv head, head group) pairs of len_i keys each, laid
+// out sequence-major in one flat range: sequence i's units start at flat key
+// units * (len_0 + ... + len_{i-1}), unit u of it u * len_i further on. decode_partition.h spreads
+// that range evenly over the grid. Shared memory holds the prefix sums of the lengths (paged);
+// the contiguous form has one sequence of a length known without them.
 template <typename T, int D>
 __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     flash2_decode_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
@@ -227,42 +247,87 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   extern __shared__ uint4 shared16[];
   T* ring = reinterpret_cast<T*>(shared16);
   float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageElems);
+  int64_t* prefix = reinterpret_cast<int64_t*>(merge + Tr::kWarps * Tr::kHeads * (D + 2));
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
   const int b = blockIdx.x;
-  const int units = g.kv_heads * head_groups;
+  const int seq_units = g.kv_heads * head_groups;  // units of one sequence
+  const bool paged = g.starts != nullptr;
 
-  // The partition for context `len`: the blocks that hold keys and this block's flat range.
-  int len = 0, blocks = 0;
-  int64_t work = 0, end = 0, at = 0;  // at: flat key where the current segment starts
-  auto partition = [&](int context) {
-    len = context;
-    work = static_cast<int64_t>(units) * len;
-    blocks = decode_blocks(work, gridDim.x, units);
-    at = decode_block_begin(work, blocks, b);
+  // prefix[i] = len_0 + ... + len_{i-1} for i in [0, batch], len_i = starts[i] + 1 (clamped):
+  // each thread sums a run of sequences, a block-wide scan of the runs gives their offsets.
+  auto scan_lengths = [&]() {
+    __shared__ int64_t warp_sums[Tr::kWarps];
+    const int per = (g.batch + Tr::kThreads - 1) / Tr::kThreads;
+    const int lo = min(static_cast<int>(threadIdx.x) * per, g.batch), hi = min(lo + per, g.batch);
+    int64_t run = 0;
+    for (int i = lo; i < hi; ++i) run += sequence(g, i).pos0 + 1;
+    int64_t inclusive = run;
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+      const int64_t y = __shfl_up_sync(0xffffffffu, inclusive, off);
+      if (lane >= off) inclusive += y;
+    }
+    if (lane == 31) warp_sums[warp] = inclusive;
+    __syncthreads();
+    int64_t offset = inclusive - run;
+    for (int w = 0; w < warp; ++w) offset += warp_sums[w];
+    for (int i = lo; i < hi; ++i) {
+      prefix[i] = offset;
+      offset += sequence(g, i).pos0 + 1;
+    }
+    if (threadIdx.x == Tr::kThreads - 1) prefix[g.batch] = offset;
+    __syncthreads();
+  };
+
+  // The partition: the blocks that hold keys and this block's flat range [block_begin, end).
+  int len0 = 0;  // the contiguous form's one length
+  int blocks = 0;
+  int64_t work = 0, block_begin = 0, end = 0;
+  auto keys_before = [&](int i) -> int64_t {
+    return paged ? prefix[i] : static_cast<int64_t>(i) * len0;
+  };
+  auto partition = [&](int contiguous_len) {
+    len0 = contiguous_len;
+    work = static_cast<int64_t>(seq_units) * keys_before(g.batch);
+    blocks = decode_blocks(work, gridDim.x, seq_units * g.batch);
+    block_begin = decode_block_begin(work, blocks, b);
     end = decode_block_begin(work, blocks, b + 1);
   };
 
-  // The block's range as segments, one per unit (kv head, head group) it touches.
+  // The block's range as segments, one per unit (sequence, kv head, head group) it touches.
   struct Segment {
-    int unit, kvh, h0, ng, kbeg, kend, n_tiles;
+    int unit, q0, kvh, h0, ng, len, kbeg, kend, n_tiles;
+    int64_t unit0;  // the unit's first flat key
+    KeyRows keys;
   };
   auto segment_at = [&](int64_t flat) {
+    int seq_i = 0;  // the last sequence starting at or before flat (lengths are >= 1)
+    for (int lo = 0, hi = paged ? g.batch : 1; hi - lo > 1;) {
+      const int mid = (lo + hi) / 2;
+      if (seq_units * keys_before(mid) <= flat) lo = seq_i = mid;
+      else hi = mid;
+    }
     Segment s;
-    s.unit = static_cast<int>(flat / len);
-    s.kvh = s.unit / head_groups;
-    s.h0 = (s.unit % head_groups) * Tr::kHeads;
+    const int64_t seq0 = seq_units * keys_before(seq_i);
+    s.len = static_cast<int>(keys_before(seq_i + 1) - keys_before(seq_i));
+    const int u = static_cast<int>((flat - seq0) / s.len);
+    s.unit = seq_i * seq_units + u;
+    s.q0 = seq_i * g.max_queries;  // decode: one query a sequence
+    s.kvh = u / head_groups;
+    s.h0 = (u % head_groups) * Tr::kHeads;
     s.ng = min(Tr::kHeads, g.group - s.h0);
-    const int64_t unit0 = static_cast<int64_t>(s.unit) * len;
-    s.kbeg = static_cast<int>(flat - unit0);
-    s.kend = static_cast<int>(min(end - unit0, static_cast<int64_t>(len)));
+    s.unit0 = seq0 + static_cast<int64_t>(u) * s.len;
+    s.kbeg = static_cast<int>(flat - s.unit0);
+    s.kend = static_cast<int>(min(end - s.unit0, static_cast<int64_t>(s.len)));
     s.n_tiles = (s.kend - s.kbeg + Tr::kKeys - 1) / Tr::kKeys;
+    s.keys = key_rows(g, seq_i);
     return s;
   };
   auto load = [&](const Segment& s, int tile) {
     T* kt = ring + (tile % Tr::kStages) * Tr::kStageElems;
-    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, s.kvh,
+    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, s.keys, g.kv_heads, s.kvh,
                                                   s.kbeg + tile * Tr::kKeys, s.kend, kt,
                                                   kt + Tr::kKeys * D);
   };
@@ -281,30 +346,46 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   // guess and starts loading the first tiles of its range under it, which hides the first
   // tiles' latency behind the kernel before; after the wait it reads the position again and
   // keeps those tiles only when the position is unchanged and they do not hold the newest row.
-  // The next kernel (the o-projection) may start right away: it only prefetches weights before
-  // its own wait.
-  const int guess = device_context(g);
-  partition(guess);
-  Segment seg = segment_at(at);
-  const bool early = b < blocks && (seg.kend < len || seg.n_tiles > Tr::kStages - 1);
-  if (early) prologue(seg);
+  // The paged form reads its metadata (starts, tables: the kernel before may write them too)
+  // only after the wait and loads nothing early: verifying a guess would mean rereading every
+  // sequence's length and table, and with a batch the first tiles' latency is a small part of
+  // each block's many segments. The next kernel (the o-projection) may start right away: it
+  // only prefetches weights before its own wait.
+  Segment seg;
+  int guess = 0;
+  bool early = false;
+  if (!paged) {
+    guess = device_context(g);
+    partition(guess);
+    seg = segment_at(block_begin);
+    early = b < blocks && (seg.kend < seg.len || seg.n_tiles > Tr::kStages - 1);
+    if (early) prologue(seg);
+  }
   cuda::grid_dependency_wait();
   cuda::grid_launch_dependents();
 
-  const int context = device_context(g);
-  if (!early || context != guess) {
-    cp_async_wait<0>();  // the early copies land before the ring is reused
-    partition(context);
-    if (b >= blocks) return;  // device-position grids are sized for the capacity
-    seg = segment_at(at);
+  if (paged) {
+    scan_lengths();
+    partition(0);
+    if (b >= blocks) return;  // the grid is sized for every sequence's key_capacity
+    seg = segment_at(block_begin);
     prologue(seg);
+  } else {
+    const int context = device_context(g);
+    if (!early || context != guess) {
+      cp_async_wait<0>();  // the early copies land before the ring is reused
+      partition(context);
+      if (b >= blocks) return;  // device-position grids are sized for the capacity
+      seg = segment_at(block_begin);
+      prologue(seg);
+    }
   }
 
   // Q as A fragments straight from global memory: row r of the tile is head h0 + r of the group
   // (zeros past the group); registers [0], [2] hold row lane / 4, [1], [3] row lane / 4 + 8.
   uint32_t qf[D / 16][4];
   auto load_q = [&](const Segment& s) {
-    const T* qa = q + static_cast<size_t>(s.kvh * g.group + s.h0 + qr) * D + qc;
+    const T* qa = q + (static_cast<size_t>(s.q0) * g.heads + s.kvh * g.group + s.h0 + qr) * D + qc;
     const T* qb = qa + 8 * D;
     const bool row_a = qr < s.ng, row_b = qr + 8 < s.ng;
 #pragma unroll
@@ -349,7 +430,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
 
     // The next segment's first tiles load while this one is merged and written (and combined).
     const Segment cur = seg;
-    const int64_t next = static_cast<int64_t>(cur.unit + 1) * len;
+    const int64_t next = cur.unit0 + cur.len;
     const bool more = next < end;
     if (more) {
       seg = segment_at(next);
@@ -379,9 +460,16 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     }
     if (more) load_q(seg);  // its latency overlaps the merge
     __syncthreads();
-    // Partials of head h live at slots h * gridDim.x + (block), one per block touching its unit;
-    // a thread writes a float4 of one.
+
+    // The blocks touching this unit: [first, first + used). A unit this block holds whole (every
+    // unit but its first and last, and all of them once sequences outnumber the blocks) is
+    // written straight to out. Otherwise the block writes a partial: slot (block, 0) for its
+    // first segment, (block, 1) for its last, the only ones another block can share.
+    const int first = decode_block_of(work, blocks, cur.unit0);
+    const int used = decode_block_of(work, blocks, cur.unit0 + cur.len - 1) - first + 1;
+    const int which = cur.unit0 <= block_begin ? 0 : 1;
     const int head0 = cur.kvh * g.group + cur.h0;
+    T* out_rows = out + (static_cast<size_t>(cur.q0) * g.heads + head0) * D;
     for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
       const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
       float mx = -INFINITY;
@@ -399,9 +487,15 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
         acc.w += wt * x.w;
         sum += wt * ml[w * Tr::kHeads + r];
       }
-      const size_t slot = static_cast<size_t>(head0 + r) * gridDim.x + b;
-      *reinterpret_cast<float4*>(o_part + slot * D + d) = acc;
-      if (d == 0) ml_part[slot] = make_float2(mx, sum);
+      if (used == 1) {
+        const float inv = 1.0f / sum;
+        const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+        store_vec<T, 4>(out_rows + static_cast<size_t>(r) * D + d, res);
+      } else {
+        const size_t slot = (static_cast<size_t>(b) * 2 + which) * Tr::kHeads + r;
+        *reinterpret_cast<float4*>(o_part + slot * D + d) = acc;
+        if (d == 0) ml_part[slot] = make_float2(mx, sum);
+      }
     }
 
     // The combine, fused: the last block touching this unit to finish merges every block's
@@ -410,33 +504,37 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     // barrier after it, orders the last block's reads of the others' partials after theirs),
     // and the partials are read through L2. The last block also resets the counter, so the next
     // launch (or graph replay) starts from zero.
-    const int64_t unit0 = static_cast<int64_t>(cur.unit) * len;
-    const int first = decode_block_of(work, blocks, unit0);
-    const int used = decode_block_of(work, blocks, unit0 + len - 1) - first + 1;
-    __shared__ int is_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int* counter = arrivals + cur.unit;
-      is_last = atomic_add_acq_rel(counter, 1) == used - 1;
-      if (is_last) *counter = 0;
-    }
-    __syncthreads();
-    if (is_last) {
-      // One pass: a thread owns a float4 of one head's output and reads every partial's (m, l)
-      // with its output slice, keeping a running maximum (online softmax over the partials), so
-      // the partials' loads are all in flight at once: one L2 round trip, no barrier.
-      for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
-        const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
-        const int h = head0 + r;
-        const size_t slot0 = static_cast<size_t>(h) * gridDim.x + first;
-        SoftmaxState st;
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        fold_partials<D>(ml_part + slot0,
-                         reinterpret_cast<const float4*>(o_part + slot0 * D + d), 0, used, 1, st,
-                         acc);
-        const float inv = 1.0f / st.l;
-        const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
-        store_vec<T, 4>(out + static_cast<size_t>(h) * D + d, res);
+    if (used > 1) {  // block-uniform
+      __shared__ int is_last;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int* counter = arrivals + cur.unit;
+        is_last = atomic_add_acq_rel(counter, 1) == used - 1;
+        if (is_last) *counter = 0;
+      }
+      __syncthreads();
+      if (is_last) {
+        // One pass: a thread owns a float4 of one head's output and reads every partial's
+        // (m, l) with its output slice, keeping a running maximum (online softmax over the
+        // partials), so the partials' loads are all in flight at once: one L2 round trip, no
+        // barrier. Block `first` holds the unit in its last slot unless the unit starts with it.
+        const int which0 = decode_block_begin(work, blocks, first) == cur.unit0 ? 0 : 1;
+        for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
+          const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+          SoftmaxState st;
+          float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+          for (int c = 0; c < used; ++c) {
+            const size_t slot =
+                (static_cast<size_t>(first + c) * 2 + (c == 0 ? which0 : 0)) * Tr::kHeads + r;
+            const float2 x = __ldcg(ml_part + slot);
+            const float4 y = __ldcg(reinterpret_cast<const float4*>(o_part + slot * D + d));
+            acc = weigh(acc, st.merge(x.x, x.y), y);
+          }
+          const float inv = 1.0f / st.l;
+          const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+          store_vec<T, 4>(out_rows + static_cast<size_t>(r) * D + d, res);
+        }
       }
     }
     if (!more) break;
@@ -444,16 +542,19 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   }
 }
 
-// fp32: one block per kChunk keys of the cache (the SIMT kernel's fixed chunk; decode_grid does
-// not apply), then combine_splits.
+// fp32: one block per kChunk keys of a sequence's key_capacity (the SIMT kernel's fixed chunk;
+// decode_grid does not apply), then combine_splits.
 template <typename T, int D>
 Status launch_decode_split(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                            AttentionBuffers& buffers) {
-  const int splits = (g.max_ctx + kChunk - 1) / kChunk;
-  const int used = r.device_position ? splits : (g.start + kChunk) / kChunk;
-  const dim3 grid(used, g.kv_heads, (g.group + kMaxGroupPerBlock - 1) / kMaxGroupPerBlock);
+  const int splits = (g.key_capacity + kChunk - 1) / kChunk;
+  const int groups = (g.group + kMaxGroupPerBlock - 1) / kMaxGroupPerBlock;
+  if (static_cast<int64_t>(g.batch) * groups > 65535) {
+    return Status::Error("attention " + describe(r) + ": too many sequences for one grid");
+  }
+  const dim3 grid(splits, g.kv_heads, g.batch * groups);
   // Partials for every split: fixed per op and cache, so the same buffers serve every step.
-  const size_t slots = static_cast<size_t>(g.heads) * splits;
+  const size_t slots = static_cast<size_t>(g.batch) * g.heads * splits;
   KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
   KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
   float2* ml_part = reinterpret_cast<float2*>(ml);
@@ -467,14 +568,14 @@ Status launch_decode_split(const AttentionArgs& a, const Geometry& g, const Atte
   else if (g.group <= 4) launch(flash2_decode_split<T, D, 4>);
   else launch(flash2_decode_split<T, D, kMaxGroupPerBlock>);
   KUIPER_CUDA_CHECK_LAUNCH("flash2_decode_split");
-  combine_splits<T, D><<<g.heads, kCombineThreads, 0, cuda::stream()>>>(
+  combine_splits<T, D><<<dim3(g.heads, g.batch), kCombineThreads, 0, cuda::stream()>>>(
       o_part, ml_part, a.out.data<T>(), g, splits, kChunk);
   KUIPER_CUDA_CHECK_LAUNCH("combine_splits");
   return Status::Ok();
 }
 
-// Zeroed int counters, one per (kv head, head group) of the fused decode; each launch leaves
-// them at zero again.
+// Zeroed int counters, one per (sequence, kv head, head group) of the fused decode; each launch
+// leaves them at zero again.
 Result<int*> arrival_counters(AttentionBuffers& buffers, size_t n) {
   if (n > buffers.arrivals_capacity) {
     KUIPER_ASSIGN_OR_RETURN(buffers.arrivals, Tensor::empty({static_cast<int64_t>(n)},
@@ -486,37 +587,56 @@ Result<int*> arrival_counters(AttentionBuffers& buffers, size_t n) {
   return buffers.arrivals.data<int>();
 }
 
+// Most sequences of one fused decode: the prefix sums of their lengths live in shared memory
+// beside the ring (32 KB at this bound; the kernel runs one block an SM either way).
+constexpr int kMaxDecodeBatch = 4096;
+
 // fp16, bf16: one grid of blocks (request.decode_grid when set, else the largest multiple of the
-// unit count that fits the SMs; at most kMaxDecodeSplits) over which the (kv head, head group, key)
-// work is spread evenly on the device (decode_partition.h). The grid depends only on the SM count
-// and the context known on the host (the cache capacity for a device position), so a captured
-// launch replays at any position.
+// unit count that fits the SMs, or the SM count once the batch has more units than SMs; at most
+// kMaxDecodeSplits) over which the (sequence, kv head, head group, key) work is spread evenly on
+// the device (decode_partition.h). The grid depends only on the SM count and the keys known on
+// the host (key_capacity per sequence), so a captured launch replays at any position. Many
+// sequences need no splitting at all: with B * kv heads units past the SM count a block holds
+// whole units, written straight to out, and only the units cut by a block boundary (two a block
+// at most) go through partials and the fused combine.
 template <typename T, int D>
 Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                         AttentionBuffers& buffers) {
   using Tr = DecodeTcTraits<D>;
+  const bool paged = g.starts != nullptr;
+  if (paged && g.batch > kMaxDecodeBatch) {
+    return Status::Error("attention " + describe(r) + ": " + std::to_string(g.batch) +
+                         " sequences, more than the " + std::to_string(kMaxDecodeBatch) +
+                         " of one decode call");
+  }
   const int head_groups = (g.group + Tr::kHeads - 1) / Tr::kHeads;
-  const int units = g.kv_heads * head_groups;
-  const int ctx = r.device_position ? g.max_ctx : g.start + 1;
+  const int units = g.kv_heads * head_groups * g.batch;
+  const int64_t keys = static_cast<int64_t>(g.batch) * g.key_capacity;
   int grid = r.decode_grid;
   if (grid <= 0) {
     KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
     grid = sms >= units ? sms / units * units : sms;
   }
-  grid = decode_blocks(static_cast<int64_t>(units) * ctx, std::min(grid, kMaxDecodeSplits), units);
+  grid = decode_blocks(static_cast<int64_t>(g.kv_heads) * head_groups * keys,
+                       std::min(grid, kMaxDecodeSplits), units);
   KUIPER_LOG_TUNING("attention " + describe(r) + ": " + std::to_string(grid) + " blocks over " +
-                    std::to_string(units) + " (kv head, head group) units, context " +
-                    std::to_string(ctx));
-  const size_t slots = static_cast<size_t>(g.heads) * grid;
+                    std::to_string(units) + " (sequence, kv head, head group) units, " +
+                    std::to_string(g.key_capacity) + " keys a sequence at most");
+  // Two partial slots a block (its first and last segment) of kHeads rows each.
+  const size_t slots = static_cast<size_t>(grid) * 2 * Tr::kHeads;
   KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
   KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
-  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<T, D>>(Tr::kSharedBytes)));
+  // The attribute is raised once, for the largest batch; each launch asks for what it uses.
+  constexpr size_t kPrefixMost = sizeof(int64_t) * (kMaxDecodeBatch + 1);
+  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<T, D>>(Tr::kSharedBytes +
+                                                                      kPrefixMost)));
+  const size_t shared = Tr::kSharedBytes + (paged ? sizeof(int64_t) * (g.batch + 1) : 0);
   KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(buffers, units));
   // PDL: what the kernel may read before its wait is in the kernel.
-  return cuda::launch(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), Tr::kSharedBytes,
-                      r.pdl, "flash2_decode_tc", a.q.data<T>(), a.k_cache.data<T>(),
-                      a.v_cache.data<T>(), o_part, reinterpret_cast<float2*>(ml), arrivals,
-                      a.out.data<T>(), g, head_groups);
+  return cuda::launch(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), shared, r.pdl,
+                      "flash2_decode_tc", a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(),
+                      o_part, reinterpret_cast<float2*>(ml), arrivals, a.out.data<T>(), g,
+                      head_groups);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // needs warp shuffles only and a KV tile costs at most two block barriers. Tiles are small (32 / 64
 // keys; the tensor-core kernel double-buffers them with cp.async), the row sum stays per lane until
 // the very end and the output is normalised once (delayed normalisation), and exponentials
-// negligible against the row maximum are flushed to zero.
+// negligible against the row maximum are flushed to zero. The grid is (row blocks, kv heads,
+// sequences): each sequence of a batch gets max_queries' worth of row blocks, and reads its keys
+// through its block table (Sequence::keys) in the paged form.
 #include <type_traits>
 
 #include "kuiper/op/kernels/cuda/attention/flash2_traits.cuh"
@@ -27,10 +29,13 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads)
   float* ps_all = vs + Tr::kKeys * D;
 
   const RowTile tile = row_tile<Tr::kRows>(g);
+  if (tile.empty()) return;
   const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
   const int kv_end = tile.kv_end;
+  out = query_rows<D>(out, g, tile.seq.q0);
 
-  stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs, D);
+  stage_q_tile<T, D, Tr::kRows, Tr::kThreads>(query_rows<D>(q, g, tile.seq.q0), g, kvh, r0,
+                                              total_rows, qs, D);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* qw = qs + warp * R * D;
@@ -45,8 +50,10 @@ __global__ void __launch_bounds__(PrefillTraits<D>::kThreads)
 
   for (int key0 = 0; key0 < kv_end; key0 += Tr::kKeys) {
     __syncthreads();  // every warp is done with the previous tile
-    load_kv_tile<T, D, Tr::kKeys, Tr::kKStride, Tr::kThreads>(k, g.kv_heads, kvh, key0, kv_end, ks);
-    load_kv_tile<T, D, Tr::kKeys, D, Tr::kThreads>(v, g.kv_heads, kvh, key0, kv_end, vs);
+    load_kv_tile<T, D, Tr::kKeys, Tr::kKStride, Tr::kThreads>(k, tile.seq.keys, g.kv_heads, kvh,
+                                                              key0, kv_end, ks);
+    load_kv_tile<T, D, Tr::kKeys, D, Tr::kThreads>(v, tile.seq.keys, g.kv_heads, kvh, key0,
+                                                   kv_end, vs);
     __syncthreads();
     if (key0 > warp_last_pos) continue;  // the tile is in the future of all this warp's rows
 
@@ -122,15 +129,19 @@ __global__ void __launch_bounds__(PrefillTcTraits<D>::kThreads)
   T* vs = ks + 2 * Tr::kKeys * D;
 
   const RowTile tile = row_tile<Tr::kRows>(g);
+  if (tile.empty()) return;
   const int kvh = tile.kvh, total_rows = tile.total_rows, r0 = tile.r0, pos0 = tile.pos0;
   const int kv_end = tile.kv_end;
   const int n_tiles = (kv_end + Tr::kKeys - 1) / Tr::kKeys;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const KeyRows keys = tile.seq.keys;
+  out = query_rows<D>(out, g, tile.seq.q0);
 
-  cp_async_q_tile<D, Tr::kRows, Tr::kThreads>(q, g, kvh, r0, total_rows, qs);
+  cp_async_q_tile<D, Tr::kRows, Tr::kThreads>(query_rows<D>(q, g, tile.seq.q0), g, kvh, r0,
+                                              total_rows, qs);
   auto load_kv = [&](int tile, int stage) {
-    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, g.kv_heads, kvh, tile * Tr::kKeys, kv_end,
-                                                  ks + stage * Tr::kKeys * D,
+    cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, keys, g.kv_heads, kvh, tile * Tr::kKeys,
+                                                  kv_end, ks + stage * Tr::kKeys * D,
                                                   vs + stage * Tr::kKeys * D);
   };
   load_kv(0, 0);
@@ -202,12 +213,13 @@ __global__ void __launch_bounds__(PrefillTcTraits<D>::kThreads)
   }
 }
 
-// One launch over (row blocks, kv heads).
+// One launch over (row blocks, kv heads, sequences).
 template <auto kKernel, typename Tr, typename T>
 Status launch_prefill(const AttentionArgs& a, const Geometry& g, const char* what) {
   KUIPER_RETURN_IF_ERROR(allow_shared_memory<kKernel>(Tr::kSharedBytes));
-  const int row_blocks = (g.T * g.group + Tr::kRows - 1) / Tr::kRows;
-  kKernel<<<dim3(row_blocks, g.kv_heads), Tr::kThreads, Tr::kSharedBytes, cuda::stream()>>>(
+  const int row_blocks = (g.max_queries * g.group + Tr::kRows - 1) / Tr::kRows;
+  kKernel<<<dim3(row_blocks, g.kv_heads, g.batch), Tr::kThreads, Tr::kSharedBytes,
+            cuda::stream()>>>(
       a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(), a.out.data<T>(), g);
   KUIPER_CUDA_CHECK_LAUNCH(what);
   return Status::Ok();

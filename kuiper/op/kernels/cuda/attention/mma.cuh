@@ -73,18 +73,20 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Copies rows [0, kRows) of a K tile and the V tile of the same keys, starting at cache row
-// `key0` of kv head `kvh`, into swizzled shared tiles by cp.async (not committed); one address
-// computation serves both. Rows at or past `key_end` are zero-filled and never read: cache rows
-// past the context may hold anything, NaN included.
+// Copies rows [0, kRows) of a K tile and the V tile of the same keys, positions key0 on of kv
+// head `kvh` (stored where `keys` says), into swizzled shared tiles by cp.async (not committed);
+// one address computation serves both. Rows at or past `key_end` are zero-filled and never read:
+// cache rows past the context may hold anything, NaN included.
 template <int D, int kRows, int kThreads, typename T>
-__device__ __forceinline__ void cp_async_kv_tiles(const T* k, const T* v, int kv_heads, int kvh,
-                                                  int key0, int key_end, T* k_tile, T* v_tile) {
+__device__ __forceinline__ void cp_async_kv_tiles(const T* k, const T* v, const KeyRows& keys,
+                                                  int kv_heads, int kvh, int key0, int key_end,
+                                                  T* k_tile, T* v_tile) {
   constexpr int kChunks = D / 8;
   for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, ch = c % kChunks, key = key0 + r;
     const bool valid = key < key_end;
-    const size_t offset = valid ? (static_cast<size_t>(key) * kv_heads + kvh) * D + ch * 8 : 0;
+    const size_t offset =
+        valid ? (static_cast<size_t>(keys.row(key)) * kv_heads + kvh) * D + ch * 8 : 0;
     cp_async16(swizzled<D>(k_tile, r, ch), k + offset, valid);
     cp_async16(swizzled<D>(v_tile, r, ch), v + offset, valid);
   }

@@ -21,19 +21,28 @@ __host__ __device__ __forceinline__ int split_keys(int len, int splits, int gran
   return rounded > granularity ? rounded : granularity;
 }
 
-// The keys [kbeg, kend) of split blockIdx.z of gridDim.z over kv_end keys; false when the split
-// holds none (splits past the context exit at once).
-__device__ __forceinline__ bool split_range(int kv_end, int granularity, int& kbeg, int& kend) {
-  const int per = split_keys(kv_end, gridDim.z, granularity);
-  kbeg = blockIdx.z * per;
+// The keys [kbeg, kend) of split blockIdx.z % g.splits of its sequence's kv_end keys; false when
+// the split holds none (splits past the context exit at once).
+__device__ __forceinline__ bool split_range(const Geometry& g, int kv_end, int granularity,
+                                            int& kbeg, int& kend) {
+  const int per = split_keys(kv_end, g.splits, granularity);
+  kbeg = static_cast<int>(blockIdx.z) % g.splits * per;
   kend = min(kv_end, kbeg + per);
   return kbeg < kv_end;
 }
 
+// The partial slot of head h for this block's split: (sequence * heads + h) * splits + split,
+// the layout combine_splits reads.
+__device__ __forceinline__ size_t split_slot(const Geometry& g, int h) {
+  const int z = blockIdx.z;
+  return (static_cast<size_t>(z / g.splits) * g.heads + h) * g.splits + z % g.splits;
+}
+
 // out = sum_c o_c * 2^(m_c - M) / sum_c l_c * 2^(m_c - M) over the splits c that hold keys:
 // o_c is split c's unnormalised output (sum_j 2^(s_j - m_c) v_j), (m_c, l_c) its maximum and
-// exponential sum, at slot head * max_splits + c. A block per head: each slice of D / 4 threads
-// folds every kSlices-th split (fold_partials), then the slices' states are merged.
+// exponential sum, at slot (sequence * heads + head) * max_splits + c. A block per (head,
+// sequence) (grid (heads, batch)): each slice of D / 4 threads folds every kSlices-th split
+// (fold_partials), then the slices' states are merged; the sequence's one query is its row of out.
 constexpr int kCombineThreads = 256;
 template <typename T, int D>
 __global__ void __launch_bounds__(kCombineThreads)
@@ -44,10 +53,11 @@ __global__ void __launch_bounds__(kCombineThreads)
   __shared__ float4 partial[kSlices][kLanesPerRow];
   __shared__ float2 states[kSlices];
   const int h = blockIdx.x;
-  const int len = first_position(g) + 1;
+  const Sequence seq = sequence(g, blockIdx.y);
+  const int len = seq.pos0 + 1;
   const int per = split_keys(len, max_splits, granularity);
   const int used = (len + per - 1) / per;
-  const size_t slot0 = static_cast<size_t>(h) * max_splits;
+  const size_t slot0 = (static_cast<size_t>(blockIdx.y) * g.heads + h) * max_splits;
 
   const int slice = threadIdx.x / kLanesPerRow, part = threadIdx.x % kLanesPerRow;
   SoftmaxState st;
@@ -66,20 +76,19 @@ __global__ void __launch_bounds__(kCombineThreads)
     }
     const float inv = 1.0f / total.l;
     const float x[4] = {res.x * inv, res.y * inv, res.z * inv, res.w * inv};
-    store_vec<T, 4>(out + static_cast<size_t>(h) * D + threadIdx.x * 4, x);
+    store_vec<T, 4>(out + (static_cast<size_t>(seq.q0) * g.heads + h) * D + threadIdx.x * 4, x);
   }
 }
 
-// Splits per (kv head, row block) of a split-KV decode launch with `units` (kv head, row block)
-// pairs: request.decode_grid / units when set, else enough blocks to give every SM
-// `blocks_per_sm` (one wave of equal splits), but no more splits than the context fills with
-// `granularity` keys each. The context is the cache capacity for device-position ops (their
-// position is only on the device), else the host position; either way the count never depends
-// on a device-side value, so a captured launch stays valid.
+// Splits per (sequence, kv head, row block) of a split-KV decode launch with `units` such
+// triples: request.decode_grid / units when set, else enough blocks to give every SM
+// `blocks_per_sm` (one wave of equal splits), but no more splits than a sequence's key_capacity
+// fills with `granularity` keys each, nor more than grid z holds (65535 = batch * splits). The
+// count never depends on a device-side value, so a captured launch stays valid.
 inline Result<int> decode_split_count(const AttentionRequest& r, const Geometry& g, int units,
                                       int granularity, int blocks_per_sm) {
-  const int ctx = r.device_position ? g.max_ctx : g.start + 1;
-  const int most = (ctx + granularity - 1) / granularity;
+  const int ctx = g.key_capacity;
+  const int most = std::min((ctx + granularity - 1) / granularity, 65535 / g.batch);
   int want = r.decode_grid / units;
   if (r.decode_grid <= 0) {
     KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
@@ -87,7 +96,7 @@ inline Result<int> decode_split_count(const AttentionRequest& r, const Geometry&
   }
   const int splits = std::max(1, std::min(want, most));
   KUIPER_LOG_TUNING("attention " + describe(r) + ": " + std::to_string(splits) +
-                    " splits per (kv head, row block), " + std::to_string(units) +
+                    " splits per (sequence, kv head, row block), " + std::to_string(units) +
                     " of them, context " + std::to_string(ctx));
   return splits;
 }
