@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <tuple>
 
 #include "kuiper/model/model.h"
 #include "kuiper/model/rope_index.h"
@@ -84,7 +85,7 @@ struct Entry {
 // model from `make` (block 0); every entry's rows must agree.
 template <typename Make>
 void expect_batches_match_lone_runs(Model& batched, const std::vector<std::vector<Entry>>& steps,
-                                    int sequences, Make make) {
+                                    int sequences, Make make, double tolerance = 1e-6) {
   std::vector<std::unique_ptr<Model>> alone;
   for (int i = 0; i < sequences; ++i) alone.push_back(make());
   const size_t V = static_cast<size_t>(batched.config().vocab_size);
@@ -103,7 +104,7 @@ void expect_batches_match_lone_runs(Model& batched, const std::vector<std::vecto
       ASSERT_EQ(static_cast<int64_t>(n), logit_rows(e.input));
       if (n == 0) continue;
       ASSERT_GE(got.size(), (row + n) * V) << "step " << step;
-      EXPECT_LE(relative_difference(rows_of(got, V, row, n), want), 1e-6)
+      EXPECT_LE(relative_difference(rows_of(got, V, row, n), want), tolerance)
           << "step " << step << ", sequence " << e.sequence;
       row += n;
     }
@@ -116,24 +117,43 @@ class BatchTest : public ::testing::TestWithParam<std::string> {};
 // Three prompts of 14, 40 and 23 tokens prefilled together in blocks 2, 0 and 1 (16-token passes),
 // then a step that decodes two of them beside the third's next prefill chunk, then a decode step
 // of all three.
-TEST_P(BatchTest, SequencesInABatchMatchEachAlone) {
-  const Golden g = Golden::load(GetParam());
+std::vector<std::vector<Entry>> three_sequence_schedule(const Golden& g) {
+  static std::vector<std::vector<int32_t>> ids;  // the spans' tokens outlive the schedule
   const std::vector<int32_t>& chat = g.at("chat.ids").i32;
   const std::vector<int32_t>& long_ids = g.at("long.ids").i32;
-  const std::vector<int32_t> a = chat;
-  const std::vector<int32_t> b(long_ids.begin(), long_ids.begin() + 40);
-  const std::vector<int32_t> c(long_ids.begin() + 100, long_ids.begin() + 123);
-  const std::vector<int32_t> a1 = {g.at("chat.greedy").i32[0]}, b1 = {long_ids[40]};
-  const std::vector<int32_t> c1(long_ids.begin() + 123, long_ids.begin() + 126);
-  const std::vector<int32_t> a2 = {17}, b2 = {long_ids[41]}, c2 = {5};
-  const int64_t A = 14, B = 40, C = 23;
-  const std::vector<std::vector<Entry>> steps = {
+  ids = {chat,
+         std::vector<int32_t>(long_ids.begin(), long_ids.begin() + 40),
+         std::vector<int32_t>(long_ids.begin() + 100, long_ids.begin() + 123),
+         {g.at("chat.greedy").i32[0]},
+         {long_ids[40]},
+         std::vector<int32_t>(long_ids.begin() + 123, long_ids.begin() + 126),
+         {17},
+         {long_ids[41]},
+         {5}};
+  const auto& [a, b, c, a1, b1, c1, a2, b2, c2] =
+      std::tie(ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6], ids[7], ids[8]);
+  const int64_t A = static_cast<int64_t>(a.size()), B = 40, C = 23;
+  return {
       {{0, span_in(a, 0, 2, LogitRows::kAll)},
        {1, span_in(b, 0, 0, LogitRows::kLast)},
        {2, span_in(c, 0, 1, LogitRows::kNone)}},
       {{0, span_in(a1, A, 2)}, {2, span_in(c1, C, 1, LogitRows::kAll)}, {1, span_in(b1, B, 0)}},
       {{1, span_in(b2, B + 1, 0)}, {2, span_in(c2, C + 3, 1)}, {0, span_in(a2, A + 1, 2)}},
   };
+}
+
+// `steps` with each sequence's blocks replaced by its table.
+std::vector<std::vector<Entry>> paged(std::vector<std::vector<Entry>> steps,
+                                      const std::vector<std::vector<int32_t>>& tables) {
+  for (std::vector<Entry>& step : steps) {
+    for (Entry& e : step) e.input.blocks = tables[static_cast<size_t>(e.sequence)];
+  }
+  return steps;
+}
+
+TEST_P(BatchTest, SequencesInABatchMatchEachAlone) {
+  const Golden g = Golden::load(GetParam());
+  const std::vector<std::vector<Entry>> steps = three_sequence_schedule(g);
   std::unique_ptr<Model> batched = load(GetParam(), batch_options(3));
   ASSERT_NE(batched, nullptr);
   expect_batches_match_lone_runs(*batched, steps, 3,
@@ -141,14 +161,10 @@ TEST_P(BatchTest, SequencesInABatchMatchEachAlone) {
 
   // The same schedule over a paged pool: 8-token blocks, each sequence's scattered over it.
   const std::vector<std::vector<int32_t>> tables = scrambled_tables(3);
-  std::vector<std::vector<Entry>> paged = steps;
-  for (std::vector<Entry>& step : paged) {
-    for (Entry& e : step) e.input.blocks = tables[static_cast<size_t>(e.sequence)];
-  }
   std::unique_ptr<Model> pool = load(GetParam(), batch_options(3, 8));
   ASSERT_NE(pool, nullptr);
   EXPECT_EQ(pool->kv_blocks(), 3 * 128 / 8);
-  expect_batches_match_lone_runs(*pool, paged, 3,
+  expect_batches_match_lone_runs(*pool, paged(steps, tables), 3,
                                  [&] { return load(GetParam(), batch_options(1)); });
 }
 
@@ -403,6 +419,32 @@ TEST(CudaModelBatch, GraphDecodeOfTwoBlocksMatchesEager) {
     ASSERT_EQ(logits[0].size(), logits[1].size());
     for (size_t i = 0; i < logits[0].size(); ++i) {
       EXPECT_LE(relative_difference(logits[1][i], logits[0][i]), 1e-5) << "step " << i;
+    }
+  }
+}
+
+// The paged schedule on the GPU in fp32, through the decode graphs (the three-sequence decode
+// step runs in the bucket of four, one pad sequence) and eagerly, for every attention kind:
+// each entry's rows match its sequence run alone.
+TEST(CudaModelBatch, PagedScheduleMatchesEachAloneOnEveryKind) {
+  SKIP_WITHOUT_CUDA();
+  const Golden g = Golden::load("qwen3-tiny");
+  const std::vector<std::vector<Entry>> steps =
+      paged(three_sequence_schedule(g), scrambled_tables(3));
+  for (AttentionKind kind : {AttentionKind::kFlash2, AttentionKind::kFlash1, AttentionKind::kMha}) {
+    for (bool graph : {false, true}) {
+      SCOPED_TRACE(std::string(attention_name(kind)) + (graph ? " graph" : " eager"));
+      auto options = [&](int64_t sequences, int64_t block_size) {
+        ModelOptions o = batch_options(sequences, block_size);
+        o.device = DeviceType::kCuda;
+        o.attention = kind;
+        o.cuda_graph = graph;
+        return o;
+      };
+      std::unique_ptr<Model> pool = load("qwen3-tiny", options(3, 8));
+      ASSERT_NE(pool, nullptr);
+      expect_batches_match_lone_runs(*pool, steps, 3,
+                                     [&] { return load("qwen3-tiny", options(1, 128)); }, 1e-4);
     }
   }
 }
