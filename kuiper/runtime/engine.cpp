@@ -205,6 +205,11 @@ Result<std::vector<FinishedRequest>> Engine::step() {
   for (Request* r : cancelled) finish(*r, FinishReason::kInterrupted, &finished);
 
   const std::vector<ScheduledSpan> spans = scheduler_.schedule();
+  last_step_ = StepStats();
+  for (const ScheduledSpan& span : spans) {
+    const bool decode = span.count == 1 && span.samples();
+    (decode ? last_step_.decode_tokens : last_step_.prefill_tokens) += span.count;
+  }
   if (spans.empty()) {
     if (scheduler_.idle()) return finished;
     return Status::Error("engine: " + std::to_string(scheduler_.waiting()) +
@@ -232,6 +237,8 @@ Result<std::vector<FinishedRequest>> Engine::step() {
   }
   if (ready.empty()) return finished;
   const Status status = run(ready, &finished);
+  for (const auto& [id, request] : requests_) last_step_.live_tokens += request->sequence.computed;
+  last_step_.used_blocks = pool_.blocks() - pool_.available();
   if (!status.ok()) {
     if (ready.size() == 1) {
       fail(*ready[0]->request, status, &finished);

@@ -35,6 +35,14 @@ struct EngineOptions {
   int64_t max_batch_tokens = 2048;  // tokens one step runs; at least 1
 };
 
+// What the last step ran, and the KV pool after it.
+struct StepStats {
+  int64_t decode_tokens = 0;   // sequences that ran one token to sample the next
+  int64_t prefill_tokens = 0;  // prompt tokens run (and recomputed ones after a preemption)
+  int64_t live_tokens = 0;     // tokens whose keys and values the running requests hold
+  int64_t used_blocks = 0;     // pool blocks in use
+};
+
 // A request that finished (or failed) in a step.
 struct FinishedRequest {
   int64_t id = 0;
@@ -80,6 +88,7 @@ class Engine {
   int64_t max_context() const { return max_context_; }
   bool is_end_token(int32_t id) const { return end_tokens_.count(id) != 0; }
   const SchedulerStats& stats() const { return scheduler_.stats(); }
+  const StepStats& last_step() const { return last_step_; }
   const BlockPool& pool() const { return pool_; }
 
  private:
@@ -107,6 +116,7 @@ class Engine {
   Scheduler scheduler_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   int64_t next_id_ = 1;
+  StepStats last_step_;
 };
 
 }  // namespace kuiper

@@ -79,6 +79,14 @@ struct Served {
   std::vector<double> itl;   // every gap between two tokens of one request
   SchedulerStats stats;
   int64_t evictions = 0;
+  // Steps that only decoded, every running sequence one token (the steady state the batched
+  // decode peer measures): their tokens and time.
+  int64_t decode_tokens = 0;
+  double decode_seconds = 0;
+  // The step that held the most of the KV pool: blocks in use and the live tokens in them.
+  int64_t peak_used_blocks = 0;
+  int64_t peak_live_tokens = 0;
+  int64_t kv_blocks = 0, kv_block_size = 0;  // the pool
 };
 
 // Queues every request of `w` on a fresh engine (an empty prefix cache) and steps it until all
@@ -110,8 +118,18 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
   Served s;
   s.requests.resize(n);
   while (engine->unfinished() > 0) {
+    const Clock::time_point step_start = Clock::now();
     KUIPER_ASSIGN_OR_RETURN(std::vector<FinishedRequest> done, engine->step());
     ++s.steps;
+    const StepStats& step = engine->last_step();
+    if (step.prefill_tokens == 0 && step.decode_tokens > 0) {
+      s.decode_tokens += step.decode_tokens;
+      s.decode_seconds += seconds_between(step_start, Clock::now());
+    }
+    if (step.used_blocks > s.peak_used_blocks) {
+      s.peak_used_blocks = step.used_blocks;
+      s.peak_live_tokens = step.live_tokens;
+    }
     for (const FinishedRequest& f : done) {
       const size_t i = index.at(f.id);
       const std::string which = "request " + std::to_string(i);
@@ -136,6 +154,8 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
   }
   s.stats = engine->stats();
   s.evictions = engine->pool().evictions();
+  s.kv_blocks = engine->pool().blocks();
+  s.kv_block_size = engine->pool().block_size();
   return s;
 }
 
@@ -183,6 +203,17 @@ json point_row(const std::string& kind, const ThroughputSetup& setup, int64_t co
            {"ttft_ms_p99", 1e3 * percentile(s.ttft, 0.99)},
            {"itl_ms_p50", 1e3 * percentile(s.itl, 0.50)},
            {"itl_ms_p99", 1e3 * percentile(s.itl, 0.99)},
+           {"decode_tok_s", s.decode_seconds > 0 ? static_cast<double>(s.decode_tokens) /
+                                                        s.decode_seconds
+                                                  : 0.0},
+           {"decode_share", static_cast<double>(s.decode_tokens) /
+                                static_cast<double>(std::max<int64_t>(output_tokens, 1))},
+           {"kv_blocks", s.kv_blocks},
+           {"kv_peak_used_pct", 100.0 * static_cast<double>(s.peak_used_blocks) /
+                                    static_cast<double>(std::max<int64_t>(s.kv_blocks, 1))},
+           {"kv_live_pct", 100.0 * static_cast<double>(s.peak_live_tokens) /
+                               static_cast<double>(std::max<int64_t>(
+                                   s.peak_used_blocks * s.kv_block_size, 1))},
            {"cached_fraction", s.stats.cached_fraction()},
            {"preemptions", s.stats.preemptions},
            {"evictions", s.evictions}};
