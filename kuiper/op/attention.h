@@ -17,7 +17,10 @@ enum class AttentionPhase { kPrefill, kDecode };
 // its keys [0, starts[i] + t]. Position p of sequence i lives in row
 // block_tables[i][p / block_size] * block_size + p % block_size of the pool. Every tensor is
 // int32 on q's device; the kernels read them there (so a captured graph replays with new values)
-// and clamp what they read to the pool rather than trust it: the caller checks them.
+// and clamp what they read to the pool rather than trust it: the caller checks them. The flash2
+// fp16/bf16 decode reads starts and block_tables before its PDL dependency wait, so they must be
+// written before the kernel launched just before the op starts (host copies ahead of the step,
+// as the model does), never by that kernel.
 struct PagedBatch {
   Tensor query_begin;   // [B + 1], query_begin[0] = 0, query_begin[B] = q.dim(0)
   Tensor starts;        // [B]

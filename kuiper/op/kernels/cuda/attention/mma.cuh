@@ -82,13 +82,17 @@ __device__ __forceinline__ void cp_async_kv_tiles(const T* k, const T* v, const 
                                                   int kv_heads, int kvh, int key0, int key_end,
                                                   T* k_tile, T* v_tile) {
   constexpr int kChunks = D / 8;
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks, ch = c % kChunks, key = key0 + r;
-    const bool valid = key < key_end;
-    const size_t offset =
-        valid ? (static_cast<size_t>(keys.row(key)) * kv_heads + kvh) * D + ch * 8 : 0;
+  static_assert(kThreads % kChunks == 0, "a thread keeps one chunk column");
+  constexpr int kStep = kThreads / kChunks;  // rows between a thread's copies
+  const int ch = threadIdx.x % kChunks;
+  KeyRows::Walk rows = keys.walk(key0 + threadIdx.x / kChunks);
+#pragma unroll
+  for (int r = threadIdx.x / kChunks; r < kRows; r += kStep) {
+    const bool valid = key0 + r < key_end;
+    const size_t offset = valid ? (static_cast<size_t>(rows.row()) * kv_heads + kvh) * D + ch * 8 : 0;
     cp_async16(swizzled<D>(k_tile, r, ch), k + offset, valid);
     cp_async16(swizzled<D>(v_tile, r, ch), v + offset, valid);
+    rows.advance(kStep);
   }
 }
 
