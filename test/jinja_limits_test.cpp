@@ -88,5 +88,16 @@ TEST(JinjaLimits, IntegerOverflowIsATemplateError) {
   EXPECT_EQ(*render("{{ 2 ** 62 }} {{ 7 // -2 }} {{ 3 ** 0 }}"), "4611686018427387904 -4 1");
 }
 
+// int() of a float beyond int64 once converted with undefined behaviour (found by reading the
+// filters after issue 16's audit): Python gives a big integer, the template an error.
+TEST(JinjaLimits, IntOfAFloatBeyondInt64IsATemplateError) {
+  EXPECT_MENTIONS(error_of("{{ 1e300 | int }}"), "int(): 1e+300 is beyond a 64-bit integer");
+  EXPECT_MENTIONS(error_of("{{ -1e19 | int }}"), "is beyond a 64-bit integer");
+  EXPECT_MENTIONS(error_of("{{ '1e300' | int }}"), "is beyond a 64-bit integer");
+  EXPECT_MENTIONS(error_of("{{ 9223372036854775808.0 | int }}"), "is beyond a 64-bit integer");
+  EXPECT_EQ(*render("{{ 2.9 | int }} {{ '-3.5' | int }} {{ -9223372036854775808.0 | int }}"),
+            "2 -3 -9223372036854775808");
+}
+
 }  // namespace
 }  // namespace kuiper

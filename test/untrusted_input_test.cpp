@@ -13,6 +13,8 @@
 #include "kuiper/model/config.h"
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/safetensors.h"
+#include "kuiper/runtime/chat_session.h"
+#include "kuiper/tokenizer/chat_template.h"
 #include "kuiper/tokenizer/tokenizer.h"
 #include "support/assertions.h"
 #include "support/cli.h"
@@ -210,6 +212,36 @@ TEST(UntrustedTokenizer, IdsBeyondTheLimitAreRefusedNotAllocated) {
                   "tokenizer.json is not valid JSON");
   EXPECT_MENTIONS(error_of(Tokenizer::from_json(tokenizer_with_id("\"0\""))),
                   "expected an integer, got a string");
+}
+
+// tokenizer_config.json comes inside the model file: a named template whose "name" is not a
+// string once threw nlohmann's type_error out of from_tokenizer_config.
+TEST(UntrustedTokenizerConfig, WrongTypesInTheTemplateListAreErrors) {
+  EXPECT_MENTIONS(error_of(ChatTemplate::from_tokenizer_config(
+                      R"({"chat_template": [{"name": 5, "template": "x"}]})")),
+                  "has no \"default\" template");
+  EXPECT_MENTIONS(error_of(ChatTemplate::from_tokenizer_config(
+                      R"({"chat_template": [7, {"name": "default", "template": 8}]})")),
+                  "has no \"default\" template");
+  EXPECT_MENTIONS(error_of(ChatTemplate::from_tokenizer_config(R"({"chat_template": 1e999})")),
+                  "tokenizer_config.json");
+  Result<ChatTemplate> named = ChatTemplate::from_tokenizer_config(
+      R"({"chat_template": [{"name": 5}, {"name": "default", "template": "ok"}]})");
+  ASSERT_OK(named);
+  EXPECT_EQ(*named->render(nlohmann::ordered_json::array(), ChatOptions()), "ok");
+}
+
+// A message whose role is not a string (a request from outside) with invalid UTF-8 content
+// once threw type_error while the error message was being written.
+TEST(UntrustedMessages, ANonStringRoleDoesNotThrowFromTheUtf8Check) {
+  const Tokenizer tokenizer = Tokenizer::from_file(test::tokenizer_dir() + "/tokenizer.json").value();
+  const ChatTemplate tmpl = ChatTemplate::parse("{{ messages[0].content }}", "", "").value();
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role": 5, "content": "a"}])");
+  nlohmann::ordered_json bad = messages;
+  bad[0]["content"] = std::string("a\xff");
+  EXPECT_MENTIONS(error_of(encode_chat(tmpl, tokenizer, bad, ChatOptions())),
+                  "message is not valid UTF-8 (byte 1)");
+  EXPECT_OK(encode_chat(tmpl, tokenizer, messages, ChatOptions()));
 }
 
 }  // namespace

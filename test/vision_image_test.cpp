@@ -583,6 +583,19 @@ TEST(VisionImage, JpegHuffmanCountsPast256AreRefused) {
   expect_error(load_image(dir.file("counts.jpg")), dir.file("counts.jpg"), "bad Huffman table");
 }
 
+// The audit's 13-byte reproducer: a DHT segment cut short, whose counts (stb_image's reader
+// reads zeros, or these 0xFF bytes, past the end) pass 256. Refused before any decoder runs.
+TEST(VisionImage, ThirteenByteJpegWithHuffmanCountsPast256IsRefused) {
+  const std::vector<uint8_t> jpeg = {0xFF, 0xD8, 0xFF, 0xC4, 0x00, 0x43, 0x00,
+                                     0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  ASSERT_EQ(jpeg.size(), 13u);
+  expect_error(decode_image(jpeg.data(), jpeg.size(), "thirteen.jpg"), "thirteen.jpg", "JPEG");
+  std::vector<uint8_t> whole = jpeg;  // the same counts in a segment that is all there
+  whole[5] = 0x13;                    // length 19: class byte and 16 counts
+  whole.insert(whole.end(), {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
+  expect_error(decode_image(whole.data(), whole.size(), "whole.jpg"), "whole.jpg", "JPEG");
+}
+
 TEST(VisionImage, JpegDecodes) {
   // A smooth image survives JPEG at quality 100 nearly unchanged.
   Image image;

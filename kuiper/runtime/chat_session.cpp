@@ -16,8 +16,10 @@ Result<std::vector<int32_t>> encode_chat(const ChatTemplate& chat_template,
     const std::string& text = content->get_ref<const std::string&>();
     const size_t bad = utf8::find_invalid(text);
     if (bad != std::string_view::npos) {
-      return Status::Error("the " + message.value("role", std::string("message")) +
-                           " message is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+      const auto role = message.find("role");  // value() would throw on a role not a string
+      const bool named = role != message.end() && role->is_string();
+      return Status::Error((named ? "the " + role->get<std::string>() + " message" : std::string("a message")) +
+                           " is not valid UTF-8 (byte " + std::to_string(bad) + ")");
     }
   }
   KUIPER_ASSIGN_OR_RETURN(std::string text, chat_template.render(messages, options));

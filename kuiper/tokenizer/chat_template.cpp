@@ -37,8 +37,9 @@ Result<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::string& toke
   } else if (field->is_array()) {
     // Several named templates: apply_chat_template uses "default" unless told otherwise.
     for (const auto& named : *field) {
-      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
-          named["template"].is_string()) {
+      // Checked by type first: value("name", "") throws when "name" is not a string.
+      if (named.is_object() && named.contains("name") && named["name"] == "default" &&
+          named.contains("template") && named["template"].is_string()) {
         source = named["template"].get<std::string>();
       }
     }

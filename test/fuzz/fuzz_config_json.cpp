@@ -1,6 +1,8 @@
-// config.json as Hugging Face publishes it, and the model file's own config object.
+// config.json as Hugging Face publishes it, the model file's own config object, and the same
+// JSON as a Qwen3-VL preprocessor_config.json.
 #include "kuiper/base/json_reader.h"
 #include "kuiper/model/config.h"
+#include "kuiper/vision/preprocess.h"
 #include "test/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -9,5 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto config = kuiper::ModelConfig::from_hf(*json);
   if (config.ok()) (void)kuiper::expected_tensors(*config);
   (void)kuiper::ModelConfig::from_json(*json);
+  (void)kuiper::ImageProcessorConfig::from_json(*json);
   return 0;
 }

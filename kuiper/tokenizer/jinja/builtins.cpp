@@ -339,6 +339,14 @@ Result<Value> filter_reverse(const Value& input, const Arguments& args) {
   return Value::data(std::move(list));
 }
 
+// int(d) of a finite float: Python's is a big integer; beyond int64 here an error, not a
+// conversion with undefined behaviour.
+Result<Value> int_of_float(double d) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (d >= -kTwo63 && d < kTwo63) return Value::data(static_cast<int64_t>(d));
+  return Status::Error("int(): " + python_float(d) + " is beyond a 64-bit integer");
+}
+
 // Jinja's int filter: int(value), else int(float(value)), else the default.
 Result<Value> filter_int(const Value& input, const Arguments& args) {
   KUIPER_ASSIGN_OR_RETURN(auto p, bind("int", args, {optional("default", Value::data(0)), optional("base", Value::data(10))}));
@@ -347,7 +355,7 @@ Result<Value> filter_int(const Value& input, const Arguments& args) {
     const Json& j = input.json();
     if (j.is_boolean()) return Value::data(int64_t{j.get<bool>()});
     if (j.is_number_integer()) return input;
-    if (j.is_number_float() && std::isfinite(j.get<double>())) return Value::data(static_cast<int64_t>(j.get<double>()));
+    if (j.is_number_float() && std::isfinite(j.get<double>())) return int_of_float(j.get<double>());
     if (j.is_string()) {
       const std::string s = text::strip(j.get<std::string>(), std::nullopt, true, true);
       if (!s.empty()) {
@@ -356,7 +364,7 @@ Result<Value> filter_int(const Value& input, const Arguments& args) {
         const long long i = std::strtoll(s.c_str(), &end, static_cast<int>(base));
         if (errno == 0 && *end == '\0') return Value::data(static_cast<int64_t>(i));
         const double d = std::strtod(s.c_str(), &end);
-        if (*end == '\0' && std::isfinite(d)) return Value::data(static_cast<int64_t>(d));
+        if (*end == '\0' && std::isfinite(d)) return int_of_float(d);
       }
     }
   }
