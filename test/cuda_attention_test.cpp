@@ -935,7 +935,7 @@ TEST(CudaAttentionDispatch, RefusesMalformedPagedCalls) {
   refused(**prefill, a, "max_keys");
   a = good;
   a.paged.starts = *Tensor::empty({3}, DataType::kInt32, DeviceType::kCuda);
-  refused(**prefill, a, "one batch");
+  refused(**prefill, a, "[B + 1], [B], [B, W]");
   a = good;
   a.paged.block_tables = *Tensor::empty({static_cast<int64_t>(p.seqs.size()) * p.width},
                                         DataType::kInt32, DeviceType::kCuda);

@@ -47,7 +47,7 @@ Status check_paged_batch(const AttentionArgs& a) {
                          " must be int32 [B + 1], [B], [B, W] on q's device");
   }
   if (b.block_size < 1 || a.k_cache.dim(0) % b.block_size != 0) {
-    return Status::Error("attention: block size " + std::to_string(b.block_size) +
+    return Status::Error("attention: paged block_size " + std::to_string(b.block_size) +
                          " does not divide the pool of " + std::to_string(a.k_cache.dim(0)) +
                          " rows");
   }
