@@ -429,8 +429,8 @@ TEST(CudaModelBatch, GraphDecodeOfTwoBlocksMatchesEager) {
 TEST(CudaModelBatch, PagedScheduleMatchesEachAloneOnEveryKind) {
   SKIP_WITHOUT_CUDA();
   const Golden g = Golden::load("qwen3-tiny");
-  const std::vector<std::vector<Entry>> steps =
-      paged(three_sequence_schedule(g), scrambled_tables(3));
+  const std::vector<std::vector<int32_t>> tables = scrambled_tables(3);  // the spans' blocks
+  const std::vector<std::vector<Entry>> steps = paged(three_sequence_schedule(g), tables);
   for (AttentionKind kind : {AttentionKind::kFlash2, AttentionKind::kFlash1, AttentionKind::kMha}) {
     for (bool graph : {false, true}) {
       SCOPED_TRACE(std::string(attention_name(kind)) + (graph ? " graph" : " eager"));

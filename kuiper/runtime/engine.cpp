@@ -236,7 +236,9 @@ Result<std::vector<FinishedRequest>> Engine::step() {
     ready.push_back(&entries[i]);
   }
   if (ready.empty()) return finished;
+  const Clock::time_point forward_start = Clock::now();
   const Status status = run(ready, &finished);
+  last_step_.forward_seconds = seconds_between(forward_start, Clock::now());
   for (const auto& [id, request] : requests_) last_step_.live_tokens += request->sequence.computed;
   last_step_.used_blocks = pool_.blocks() - pool_.available();
   if (!status.ok()) {

@@ -41,6 +41,9 @@ struct StepStats {
   int64_t prefill_tokens = 0;  // prompt tokens run (and recomputed ones after a preemption)
   int64_t live_tokens = 0;     // tokens whose keys and values the running requests hold
   int64_t used_blocks = 0;     // pool blocks in use
+  // The forward and the sampling, until the sampled tokens were on the host: the device's share
+  // of the step (the rest is the host's: scheduling, streaming text).
+  double forward_seconds = 0;
 };
 
 // A request that finished (or failed) in a step.

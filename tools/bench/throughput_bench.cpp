@@ -83,6 +83,7 @@ struct Served {
   // decode peer measures): their tokens and time.
   int64_t decode_tokens = 0;
   double decode_seconds = 0;
+  double decode_forward_seconds = 0;  // of which the forward and sampling (Engine::last_step)
   // The step that held the most of the KV pool: blocks in use and the live tokens in them.
   int64_t peak_used_blocks = 0;
   int64_t peak_live_tokens = 0;
@@ -125,6 +126,7 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
     if (step.prefill_tokens == 0 && step.decode_tokens > 0) {
       s.decode_tokens += step.decode_tokens;
       s.decode_seconds += seconds_between(step_start, Clock::now());
+      s.decode_forward_seconds += step.forward_seconds;
     }
     if (step.used_blocks > s.peak_used_blocks) {
       s.peak_used_blocks = step.used_blocks;
@@ -206,6 +208,9 @@ json point_row(const std::string& kind, const ThroughputSetup& setup, int64_t co
            {"decode_tok_s", s.decode_seconds > 0 ? static_cast<double>(s.decode_tokens) /
                                                         s.decode_seconds
                                                   : 0.0},
+           {"decode_forward_share", s.decode_seconds > 0
+                                        ? s.decode_forward_seconds / s.decode_seconds
+                                        : 0.0},
            {"decode_share", static_cast<double>(s.decode_tokens) /
                                 static_cast<double>(std::max<int64_t>(output_tokens, 1))},
            {"kv_blocks", s.kv_blocks},
