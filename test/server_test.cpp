@@ -15,6 +15,7 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <thread>
 
@@ -133,7 +134,10 @@ Reply post(int port, const std::string& path, const std::string& body,
   client.set_read_timeout(120);
   Reply reply;
   httplib::Result r = client.Post(path.c_str(), headers, body, "application/json");
-  if (!r) return reply;
+  if (!r) {
+    reply.raw = httplib::to_string(r.error());
+    return reply;
+  }
   reply.status = r->status;
   reply.raw = r->body;
   reply.body = json::parse(r->body, nullptr, false);
@@ -161,6 +165,7 @@ struct Stream {
   std::vector<json> events;
   bool done = false;
   std::string raw;
+  std::string error;  // the client's, when the request failed
 };
 Stream post_stream(int port, const std::string& path, const json& body, int stop_after = 0) {
   httplib::Client client("127.0.0.1", port);
@@ -189,7 +194,11 @@ Stream post_stream(int port, const std::string& path, const json& body, int stop
     return stop_after <= 0 || static_cast<int>(stream.events.size()) < stop_after;
   };
   httplib::Result r = client.send(req);
-  if (r) stream.status = r->status;
+  if (r) {
+    stream.status = r->status;
+  } else {
+    stream.error = httplib::to_string(r.error());
+  }
   return stream;
 }
 
@@ -354,8 +363,15 @@ TEST_F(Server, StopStringEndsTheTextBeforeIt) {
                            chat("Count to ten.", 12, {{"ignore_eos", true}}));
   ASSERT_EQ(whole.status, 200);
   const std::string text = content_of(whole);
-  ASSERT_GE(text.size(), 6u) << text;
-  const std::string stop = text.substr(3, 2);
+  // One whole character from the middle of the text.
+  auto boundary = [&](size_t i) {
+    while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) ++i;
+    return i;
+  };
+  const size_t begin = boundary(text.size() / 3 + 1);
+  const size_t end = boundary(begin + 1);
+  ASSERT_LT(begin, end) << text;
+  const std::string stop = text.substr(begin, end - begin);
   const Reply stopped = post(port(), "/v1/chat/completions",
                              chat("Count to ten.", 12, {{"ignore_eos", true}, {"stop", {stop}}}));
   ASSERT_EQ(stopped.status, 200);
@@ -433,7 +449,7 @@ TEST_F(Server, ClientThatHangsUpIsCancelledAndItsBlocksFreed) {
   const json body = chat("Go on forever.", 200,
                          {{"ignore_eos", true}, {"stream", true}, {"temperature", 0.7}});
   const Stream s = post_stream(port(), "/v1/chat/completions", body, 3);
-  EXPECT_EQ(s.events.size(), 3u);
+  EXPECT_GE(s.events.size(), 3u);
   EXPECT_FALSE(s.done);
   std::string metrics;
   for (const auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
@@ -465,12 +481,13 @@ TEST(ServerAuth, ApiKeyIsRequiredOnTheApi) {
 
 TEST(ServerQueue, MoreWaitingRequestsThanTheQueueAreRefusedAtOnce) {
   ServerProcess server({"--max-batch", "1", "--max-queue", "1"});
-  std::atomic<int> ok{0}, busy{0};
+  std::atomic<int> ok{0}, busy{0}, ready{0};
   std::vector<std::thread> clients;
   for (int i = 0; i < 6; ++i) {
     clients.emplace_back([&] {
+      for (++ready; ready < 6;) std::this_thread::yield();  // all at once
       const Reply r = post(server.port(), "/v1/chat/completions",
-                           chat("Go on.", 200, {{"ignore_eos", true}}));
+                           chat("Go on.", 40, {{"ignore_eos", true}}));
       if (r.status == 200) ++ok;
       if (r.status == 429) {
         EXPECT_EQ(r.body["error"]["code"], "queue_full");
@@ -503,6 +520,58 @@ TEST(ServerShutdown, SigtermFinishesTheRequestInFlightAndExitsZero) {
   EXPECT_EQ(s.events[s.events.size() - 1]["choices"][0]["finish_reason"], "length");
 }
 
+std::string base64(const std::string& bytes) {
+  static const char* const kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t bits = 0;
+  int count = 0;
+  for (unsigned char c : bytes) {
+    bits = (bits << 8) | c;
+    count += 8;
+    while (count >= 6) out += kAlphabet[(bits >> (count -= 6)) & 63];
+  }
+  if (count > 0) out += kAlphabet[(bits << (6 - count)) & 63];
+  while (out.size() % 4 != 0) out += '=';
+  return out;
+}
+
+// Qwen3-VL: an image as a data: URI; any other URL, or bad base64, refused.
+TEST(ServerVision, DataUriImagesAreSeenOthersRefused) {
+  const std::string model = test::converted_fixture("qwen3-vl-tiny", DataType::kFp32);
+  ServerProcess server({"--model", model});
+  const std::string png =
+      test::read_text(test::fixtures_dir() + "/qwen3-vl-tiny/test_image.png");
+  auto with_image = [](const std::string& url) {
+    return json{{"model", "tiny"},
+                {"max_tokens", 3},
+                {"temperature", 0},
+                {"messages",
+                 {{{"role", "user"},
+                   {"content",
+                    {{{"type", "image_url"}, {"image_url", {{"url", url}}}},
+                     {{"type", "text"}, {"text", "Describe this image."}}}}}}}};
+  };
+  const Reply seen = post(server.port(), "/v1/chat/completions",
+                          with_image("data:image/png;base64," + base64(png)));
+  ASSERT_EQ(seen.status, 200) << seen.raw << server.log();
+  const Reply text_only = post(server.port(), "/v1/chat/completions",
+                               chat("Describe this image.", 3));
+  ASSERT_EQ(text_only.status, 200);
+  EXPECT_GT(seen.body["usage"]["prompt_tokens"].get<int>(),
+            text_only.body["usage"]["prompt_tokens"].get<int>() + 3);
+  const Reply fetched = post(server.port(), "/v1/chat/completions",
+                             with_image("https://example.com/cat.png"));
+  EXPECT_EQ(fetched.status, 400);
+  EXPECT_EQ(fetched.body["error"]["code"], "unsupported_image_url");
+  EXPECT_EQ(post(server.port(), "/v1/chat/completions",
+                 with_image("data:image/png;base64,@@@")).status, 400);
+  EXPECT_EQ(post(server.port(), "/v1/chat/completions",
+                 with_image("data:image/png;base64," + base64("not a png"))).status, 400);
+  EXPECT_EQ(post(server.port(), "/v1/chat/completions",
+                 with_image("data:image/png;base64," + base64(png))).status, 200);
+}
+
 // The official OpenAI client (test/openai, installed by `npm ci` there, as .ci/run does): a
 // chat completion, a streamed one, a completion and a refusal, with an API key.
 TEST(ServerOpenAiClient, OfficialClientRunsAgainstTheServer) {
@@ -521,26 +590,39 @@ TEST(ServerOpenAiClient, OfficialClientRunsAgainstTheServer) {
       << test::read_text(scratch.file("out")) << server.log();
 }
 
-// 200 requests at concurrency 32, streamed and not, every tenth streamed one hung up on after
-// two events: no failures, every finished response whole, KV blocks all back, the memory back
+// 200 requests at concurrency 32 (2 to 4 tokens each, to keep CI short), streamed and not,
+// every tenth streamed one hung up on after two events: no failures, every finished response whole, KV blocks all back, the memory back
 // near its level after the warm-up.
 TEST(ServerLoad, TwoHundredRequestsAtConcurrency32) {
-  ServerProcess server({"--max-batch", "8"});
+  ServerProcess server({"--max-batch", "16"});
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  auto check = [&](bool ok, int i, const std::string& what) {
+    if (!ok) {
+      std::lock_guard<std::mutex> lock(failures_mutex);
+      failures.push_back("request " + std::to_string(i) + ": " + what.substr(0, 400));
+    }
+    return ok;
+  };
   auto one = [&](int i) -> bool {
-    const json body = chat("Request " + std::to_string(i) + ": say something.", 4 + i % 5,
+    const int max_tokens = 2 + i % 3;
+    const json body = chat("Request " + std::to_string(i) + ": say something.", max_tokens,
                            {{"temperature", 0.8}, {"seed", i}});
     if (i % 2 == 0) {
       const Reply r = post(server.port(), "/v1/chat/completions", body);
-      return r.status == 200 && r.body["choices"][0]["finish_reason"].is_string() &&
-             r.body["usage"]["completion_tokens"].get<int>() <= 4 + i % 5;
+      return check(r.status == 200 && r.body["choices"][0]["finish_reason"].is_string() &&
+                       r.body["usage"]["completion_tokens"].get<int>() <= max_tokens &&
+                       r.body["choices"][0]["message"]["content"].is_string(),
+                   i, std::to_string(r.status) + " " + r.raw);
     }
     json streamed = body;
     streamed["stream"] = true;
     const bool hang_up = i % 10 == 1;
     const Stream s = post_stream(server.port(), "/v1/chat/completions", streamed, hang_up ? 2 : 0);
-    if (hang_up) return s.events.size() <= 2;
-    return s.status == 200 && s.done && !s.events.empty() &&
-           s.events.back()["choices"][0]["finish_reason"].is_string();
+    if (hang_up) return check(!s.events.empty(), i, s.raw);  // the server's side: below
+    return check(s.status == 200 && s.done && !s.events.empty() &&
+                     s.events.back()["choices"][0]["finish_reason"].is_string(),
+                 i, std::to_string(s.status) + " " + s.error + " " + s.raw);
   };
   auto run = [&](int count) {
     std::atomic<int> next{0}, failed{0};
@@ -555,9 +637,9 @@ TEST(ServerLoad, TwoHundredRequestsAtConcurrency32) {
     for (std::thread& t : workers) t.join();
     return failed.load();
   };
-  EXPECT_EQ(run(64), 0);  // warm-up: thread stacks, allocator pools
+  EXPECT_EQ(run(32), 0) << failures[0] << server.log();  // warm-up: thread stacks, allocator pools
   const long idle = server.rss_kb();
-  EXPECT_EQ(run(200), 0);
+  EXPECT_EQ(run(200), 0) << failures[0];
   std::string metrics;
   for (const auto deadline = Clock::now() + std::chrono::seconds(30); Clock::now() < deadline;) {
     metrics = get(server.port(), "/metrics").raw;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <cstdlib>
+#include <cstring>
 
 #include <glog/logging.h>
 #include <httplib.h>
@@ -86,6 +87,37 @@ int connection_socket(const httplib::Request& req) {
   }
   closedir(dir);
   return found;
+}
+
+// Raises the accept queue of the socket listening on `port` to `backlog`. cpp-httplib 0.11
+// listens with a backlog of 5 (compiled into the library): 32 clients connecting at once
+// overflow it, and the connections the kernel drops come back to clients as read errors. On
+// Linux, listen() again on a listening socket sets its backlog.
+void raise_backlog(int port, int backlog) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || fd < 0) continue;
+    int listening = 0;
+    socklen_t size = sizeof listening;
+    sockaddr_storage local{};
+    socklen_t local_len = sizeof local;
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 ||
+        !listening ||
+        getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) {
+      continue;
+    }
+    const uint16_t local_port =
+        local.ss_family == AF_INET    ? ntohs(reinterpret_cast<const sockaddr_in&>(local).sin_port)
+        : local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6&>(local).sin6_port)
+                                      : 0;
+    if (local_port == port && ::listen(static_cast<int>(fd), backlog) != 0) {
+      LOG(WARNING) << "cannot raise the listen backlog: " << std::strerror(errno);
+    }
+  }
+  closedir(dir);
 }
 
 // The client closed its end (or reset it). Data it sent ahead (a pipelined request) is not a
@@ -182,6 +214,7 @@ Status HttpServer::bind() {
     }
     port_ = options_.port;
   }
+  raise_backlog(port_, 1024);
   return Status::Ok();
 }
 
