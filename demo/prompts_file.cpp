@@ -1,12 +1,11 @@
 #include "demo/prompts_file.h"
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <fstream>
-#include <limits>
 
 #include "kuiper/base/json_reader.h"
+#include "kuiper/runtime/request_fields.h"
 #include "kuiper/runtime/vision_input.h"
 
 namespace kuiper::demo {
@@ -90,56 +89,6 @@ Status place_images(Json messages, const std::vector<std::string>& last_user_ima
   return Status::Ok();
 }
 
-// Reads the optional sampling fields of a JSONL line over the command line's values.
-Status read_overrides(const JsonReader& j, GenerationOptions* g) {
-  auto number = [&](const char* key, float* out) -> Status {
-    if (!j.has(key)) return Status::Ok();
-    KUIPER_ASSIGN_OR_RETURN(double v, j.get_double(key));
-    if (std::fabs(v) > std::numeric_limits<float>::max()) {
-      return Status::Error(std::string("\"") + key + "\" is out of range");
-    }
-    *out = static_cast<float>(v);
-    return Status::Ok();
-  };
-  auto integer = [&](const char* key, auto* out) -> Status {
-    using T = std::remove_pointer_t<decltype(out)>;
-    KUIPER_ASSIGN_OR_RETURN(*out, j.get_int_or(key, *out, std::numeric_limits<T>::min(),
-                                               std::numeric_limits<T>::max()));
-    return Status::Ok();
-  };
-  SamplingParams& s = g->sampling;
-  KUIPER_RETURN_IF_ERROR(number("temperature", &s.temperature));
-  KUIPER_RETURN_IF_ERROR(integer("top_k", &s.top_k));
-  KUIPER_RETURN_IF_ERROR(number("top_p", &s.top_p));
-  KUIPER_RETURN_IF_ERROR(number("min_p", &s.min_p));
-  KUIPER_RETURN_IF_ERROR(number("repeat_penalty", &s.repeat_penalty));
-  KUIPER_RETURN_IF_ERROR(integer("repeat_last_n", &s.repeat_last_n));
-  KUIPER_RETURN_IF_ERROR(integer("max_tokens", &g->max_tokens));
-  if (j.has("seed")) {
-    KUIPER_ASSIGN_OR_RETURN(int64_t seed, j.get_int("seed", 0));
-    s.seed = static_cast<uint64_t>(seed);
-  }
-  if (j.has("stop")) {
-    KUIPER_ASSIGN_OR_RETURN(JsonReader stop, j.at("stop"));
-    g->stop.clear();
-    if (stop.is_array()) {
-      KUIPER_ASSIGN_OR_RETURN(std::vector<JsonReader> items, stop.elements());
-      for (const JsonReader& item : items) {
-        KUIPER_ASSIGN_OR_RETURN(std::string text, item.to_string());
-        g->stop.push_back(std::move(text));
-      }
-    } else {
-      KUIPER_ASSIGN_OR_RETURN(std::string text, stop.to_string());
-      g->stop.push_back(std::move(text));
-    }
-  }
-  KUIPER_RETURN_IF_ERROR(validate_sampling(s));
-  if (g->max_tokens == 0 || g->max_tokens < -1) {
-    return Status::Error("\"max_tokens\" must be > 0 or -1 (no limit)");
-  }
-  return Status::Ok();
-}
-
 Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
                                       const GenerationOptions& defaults,
                                       const std::string& system) {
@@ -148,15 +97,16 @@ Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
   if (!j.is_object()) return Status::Error("expected a JSON object");
   static const char* const kFields[] = {"id", "prompt", "messages", "system", "images",
                                         "temperature", "top_k", "top_p", "min_p",
-                                        "repeat_penalty", "repeat_last_n", "seed", "max_tokens",
-                                        "stop"};
+                                        "repeat_penalty", "repeat_last_n", "presence_penalty",
+                                        "frequency_penalty", "seed", "max_tokens", "stop"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* f : kFields) known = known || key == f;
     if (!known) {
       return Status::Error("unknown field \"" + key + "\" (accepted: id, prompt, messages, system, "
                            "images, temperature, top_k, top_p, min_p, repeat_penalty, "
-                           "repeat_last_n, seed, max_tokens, stop)");
+                           "repeat_last_n, presence_penalty, frequency_penalty, seed, "
+                           "max_tokens, stop)");
     }
   }
   BatchRequest request;
@@ -193,7 +143,7 @@ Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
   }
   request.generation = defaults;
   const nlohmann::json fields(j);
-  KUIPER_RETURN_IF_ERROR(read_overrides(JsonReader(fields, ""), &request.generation));
+  KUIPER_RETURN_IF_ERROR(read_generation_fields(JsonReader(fields, ""), &request.generation));
   return request;
 }
 

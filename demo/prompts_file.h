@@ -1,8 +1,8 @@
 // The --prompts-file of batch mode. A plain text file holds one prompt per line; a .jsonl file
 // holds one object per line: {"prompt": "..."} (optionally "system") or {"messages": [...]},
 // an optional "id", and optional sampling fields overriding the command line: temperature,
-// top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, max_tokens, stop (a string or a
-// list). Blank lines are skipped. A bad line is an error of that line only.
+// top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed,
+// max_tokens, stop (a string or a list). Blank lines are skipped. A bad line is an error of that line only.
 //
 // Images (vision-language models): "images": ["a.png", ...] goes with "prompt", or with
 // "messages" to their last user message; a user message in "messages" may also hold its own

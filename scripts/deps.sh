@@ -1,6 +1,6 @@
 #!/bin/bash
-# (The project's copy of the shared device/deps.sh, with the line editor the REPL links and
-# libjpeg-turbo added.)
+# (The project's copy of the shared device/deps.sh, with the line editor the REPL links,
+# libjpeg-turbo and kuiper-server's cpp-httplib added.)
 # Debian packages that the build needs, carried to the GPU machine (which reaches no registry).
 #   here:            bash deps.sh download DIR     (fills DIR with .deb files; run apt-get update first)
 #   on the GPU box:  source deps.sh install DIR    (unpacks them under /opt/deps, exports CMake/loader paths)
@@ -9,7 +9,8 @@ libutf8proc-dev libutf8proc2
 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libstb-dev libstb0
 libjpeg62-turbo-dev libjpeg62-turbo
 nlohmann-json3-dev libgtest-dev googletest
-libedit-dev libedit2 libbsd0 libmd0"
+libedit-dev libedit2 libbsd0 libmd0
+libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli-dev libbrotli1 zlib1g-dev"
 case "$1" in
   download)
     mkdir -p "$2" && (cd "$2" && apt-get download $PKGS) ;;

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libgoogle-glog-dev libgflags-dev libgtest-dev
           nlohmann-json3-dev libpcre2-dev libutf8proc-dev libstb-dev libjpeg62-turbo-dev
-          libedit-dev python3-numpy)
+          libedit-dev python3-numpy
+          libcpp-httplib-dev)  # kuiper-server's HTTP
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 #include "kuiper/runtime/engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kuiper/op/ops.h"
 #include "kuiper/runtime/cache_keys.h"
@@ -29,7 +30,29 @@ int64_t pads_before(const PadRuns& runs, int64_t position) {
 
 // Whether the sampler's token is the arg-max of the raw logits row.
 bool plain_argmax(const Sampler& sampler) {
-  return sampler.greedy() && sampler.params().repeat_penalty == 1.0f;
+  const SamplingParams& p = sampler.params();
+  return sampler.greedy() && p.repeat_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
+}
+
+// The log-softmax of `row` at `id` and its `k` largest entries.
+TokenLogprob logprob_of(const std::vector<float>& row, int32_t id, int32_t k) {
+  const float max = *std::max_element(row.begin(), row.end());
+  double sum = 0.0;
+  for (float v : row) sum += std::exp(static_cast<double>(v - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  TokenLogprob out;
+  out.id = id;
+  out.logprob = row[static_cast<size_t>(id)] - log_z;
+  std::vector<int32_t> order(row.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  const size_t top = std::min(order.size(), static_cast<size_t>(k));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                    [&](int32_t a, int32_t b) { return row[static_cast<size_t>(a)] > row[static_cast<size_t>(b)]; });
+  for (size_t i = 0; i < top; ++i) {
+    out.top.emplace_back(order[i], row[static_cast<size_t>(order[i])] - log_z);
+  }
+  return out;
 }
 
 }  // namespace
@@ -115,6 +138,10 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt,
   if (options.max_tokens == 0 || options.max_tokens < -1) {
     return Status::Error("max_tokens must be > 0 or -1 (no limit), not " +
                          std::to_string(options.max_tokens));
+  }
+  if (options.logprobs < -1) {
+    return Status::Error("logprobs must be >= 0 or -1 (none), not " +
+                         std::to_string(options.logprobs));
   }
   KUIPER_ASSIGN_OR_RETURN(Sampler sampler, Sampler::create(options.sampling));
   auto request = std::make_unique<Request>(
@@ -286,19 +313,33 @@ Status Engine::run(const std::vector<Entry*>& entries,
     }
     if (e->input.logits != LogitRows::kLast) continue;
     const int64_t at = row++;
+    const Tensor row_logits = logits.rows(at, 1);
     Result<int32_t> id = !argmax.empty() && plain_argmax(r.sampler)
                              ? Result<int32_t>(argmax[static_cast<size_t>(at)])
-                             : r.sampler.sample(logits.rows(at, 1), r.sequence.tokens);
+                             : r.sampler.sample(row_logits, r.sequence.tokens);
     if (!id.ok()) {
       fail(r, id.status(), finished);
       continue;
     }
-    advance(r, *id, finished);
+    std::optional<TokenLogprob> logprob;
+    if (r.options.logprobs >= 0) {
+      logits_row_.resize(static_cast<size_t>(row_logits.numel()));
+      const Status copied = Tensor::view(logits_row_.data(), row_logits.shape(), DataType::kFp32,
+                                         DeviceType::kCpu)
+                                .copy_from(row_logits);
+      if (!copied.ok()) {
+        fail(r, copied, finished);
+        continue;
+      }
+      logprob = logprob_of(logits_row_, *id, r.options.logprobs);
+    }
+    advance(r, *id, logprob ? &*logprob : nullptr, finished);
   }
   return Status::Ok();
 }
 
-void Engine::advance(Request& r, int32_t id, std::vector<FinishedRequest>* finished) {
+void Engine::advance(Request& r, int32_t id, TokenLogprob* logprob,
+                     std::vector<FinishedRequest>* finished) {
   GenerationStats& stats = r.out.stats;
   const Clock::time_point now = Clock::now();
   if (!r.sampled) {
@@ -313,6 +354,7 @@ void Engine::advance(Request& r, int32_t id, std::vector<FinishedRequest>* finis
     return finish(r, FinishReason::kEndToken, finished);
   }
   r.out.ids.push_back(id);
+  if (logprob != nullptr) r.out.logprobs.push_back(std::move(*logprob));
   r.sequence.append(id);
   if (r.text.feed(id)) return finish(r, FinishReason::kStopString, finished);
   if (r.options.max_tokens > 0 && static_cast<int64_t>(r.out.ids.size()) >= r.options.max_tokens) {

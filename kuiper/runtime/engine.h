@@ -82,8 +82,11 @@ class Engine {
   // error; the others go on. An error here means the engine itself cannot go on.
   Result<std::vector<FinishedRequest>> step();
 
-  // Requests added and not yet reported finished.
+  // Requests added and not yet reported finished; of those, the ones holding a place in the
+  // running batch and the ones waiting for one.
   size_t unfinished() const { return requests_.size(); }
+  size_t running() const { return scheduler_.running(); }
+  size_t waiting() const { return scheduler_.waiting(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   Model& model() { return model_; }
   const Model& model() const { return model_; }
@@ -105,8 +108,9 @@ class Engine {
   Status prepare(Request& request, const ScheduledSpan& span, Entry* entry);
   // Runs `entries` in one forward, then samples and advances every request whose span sampled.
   Status run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished);
-  // The request sampled `id`.
-  void advance(Request& request, int32_t id, std::vector<FinishedRequest>* finished);
+  // The request sampled `id` (with its log-probabilities when the request asked for them).
+  void advance(Request& request, int32_t id, TokenLogprob* logprob,
+               std::vector<FinishedRequest>* finished);
   // Reports the request (finished for `reason`, or failed with `error`) and drops it.
   void finish(Request& request, FinishReason reason, std::vector<FinishedRequest>* finished);
   void fail(Request& request, const Status& error, std::vector<FinishedRequest>* finished);
@@ -118,6 +122,7 @@ class Engine {
   BlockPool pool_;
   Scheduler scheduler_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
+  std::vector<float> logits_row_;  // a host copy of a row, for requests asking for logprobs
   int64_t next_id_ = 1;
   StepStats last_step_;
 };

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kuiper/runtime/sampler.h"
@@ -18,6 +19,15 @@ struct GenerationOptions {
   std::vector<std::string> stop;
   // Keep going past the model's end tokens (benchmarks, comparisons with fixed-length goldens).
   bool ignore_eos = false;
+  // -1: no log-probabilities; k >= 0: each generated token's log-probability under the model
+  // (the log-softmax of its raw logits, before penalties and warpers) and the k most likely.
+  int32_t logprobs = -1;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // the most likely tokens, most likely first
 };
 
 enum class FinishReason {
@@ -32,6 +42,7 @@ const char* finish_reason_name(FinishReason reason);
 
 struct Generation {
   std::vector<int32_t> ids;  // generated tokens, an end token excluded
+  std::vector<TokenLogprob> logprobs;  // one per id when the options asked for them
   std::string text;          // their text, cut before a stop string
   FinishReason finish = FinishReason::kEndToken;
   GenerationStats stats;

@@ -33,7 +33,24 @@ Status validate_sampling(const SamplingParams& p) {
     return Status::Error("repeat_last_n must be >= 0 or -1 (all tokens), not " +
                          std::to_string(p.repeat_last_n));
   }
+  for (const auto& [name, value] : {std::pair<const char*, float>{"presence_penalty",
+                                                                   p.presence_penalty},
+                                    {"frequency_penalty", p.frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      return Status::Error(std::string(name) + " must be in [-2, 2] (0 is off), not " +
+                           std::to_string(value));
+    }
+  }
   return Status::Ok();
+}
+
+void apply_occurrence_penalties(float presence, float frequency,
+                                const std::unordered_map<int32_t, int32_t>& counts,
+                                std::vector<float>* logits) {
+  for (const auto& [id, count] : counts) {
+    if (id < 0 || static_cast<size_t>(id) >= logits->size() || count <= 0) continue;
+    (*logits)[static_cast<size_t>(id)] -= static_cast<float>(count) * frequency + presence;
+  }
 }
 
 void apply_repetition_penalty(float penalty, const std::vector<int32_t>& recent,
@@ -63,9 +80,14 @@ std::vector<int32_t> Sampler::recent(const std::vector<int32_t>& history) const 
 const float* Sampler::penalised(const float* logits, int64_t vocab,
                                 const std::vector<int32_t>& history) {
   const std::vector<int32_t> ids = recent(history);
-  if (ids.empty()) return logits;
+  const bool occurrence = occurrence_penalties() && !drawn_.empty();
+  if (ids.empty() && !occurrence) return logits;
   scratch_.assign(logits, logits + vocab);
-  apply_repetition_penalty(params_.repeat_penalty, ids, &scratch_);
+  if (!ids.empty()) apply_repetition_penalty(params_.repeat_penalty, ids, &scratch_);
+  if (occurrence) {
+    apply_occurrence_penalties(params_.presence_penalty, params_.frequency_penalty, drawn_,
+                               &scratch_);
+  }
   return scratch_.data();
 }
 
@@ -81,15 +103,29 @@ std::vector<TokenProbability> Sampler::candidates(const float* logits, int64_t v
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {
+  int32_t id = 0;
   if (greedy()) {
     const float* scores = penalised(logits, vocab, history);
-    return static_cast<int32_t>(std::max_element(scores, scores + vocab) - scores);
+    id = static_cast<int32_t>(std::max_element(scores, scores + vocab) - scores);
+  } else {
+    id = op::draw(candidates(logits, vocab, history), uniform());
   }
-  return op::draw(candidates(logits, vocab, history), uniform());
+  if (occurrence_penalties()) ++drawn_[id];
+  return id;
 }
 
 Result<int32_t> Sampler::sample(const Tensor& logits, const std::vector<int32_t>& history) {
   const DeviceType device = logits.device();
+  if (occurrence_penalties()) {
+    // op::sample knows only the repetition penalty: the row comes to the host (4 bytes a
+    // vocabulary entry, only for requests that ask for these penalties).
+    const int64_t vocab = logits.numel();
+    host_row_.resize(static_cast<size_t>(vocab));
+    KUIPER_RETURN_IF_ERROR(
+        Tensor::view(host_row_.data(), logits.shape(), DataType::kFp32, DeviceType::kCpu)
+            .copy_from(logits));
+    return sample(host_row_.data(), vocab, history);
+  }
   std::vector<int32_t> ids = recent(history);
   const int64_t n = static_cast<int64_t>(ids.size());
   Tensor recent_ids;

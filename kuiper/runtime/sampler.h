@@ -1,4 +1,5 @@
-// Next-token sampling from a row of logits: repetition penalty, then greedy arg-max or, with a
+// Next-token sampling from a row of logits: repetition penalty (and OpenAI's presence and
+// frequency penalties), then greedy arg-max or, with a
 // temperature, the Hugging Face warper chain (temperature -> top-k -> top-p -> min-p) and a
 // draw from a seeded generator, so the same seed gives the same tokens. The warpers run where the
 // logits are (op::sample); the draw's uniform number always comes from the host generator, so a
@@ -7,6 +8,7 @@
 
 #include <cstdint>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "kuiper/base/status.h"
@@ -22,6 +24,11 @@ struct SamplingParams {
   float min_p = 0.05f;          // drop tokens less likely than min_p * the most likely; 0 keeps all
   float repeat_penalty = 1.0f;  // 1 is off
   int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at; -1: all of them
+  // OpenAI's penalties over the tokens this sampler drew (the prompt is not counted, as in
+  // vLLM): a token drawn c times has its logit lowered by c * frequency_penalty +
+  // presence_penalty (c > 0). Each in [-2, 2]; 0 is off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 };
 
@@ -34,6 +41,11 @@ Status validate_sampling(const SamplingParams& params);
 void apply_repetition_penalty(float penalty, const std::vector<int32_t>& recent,
                               std::vector<float>* logits);
 
+// logits[t] -= count[t] * frequency + (count[t] > 0 ? presence : 0) for every counted token.
+void apply_occurrence_penalties(float presence, float frequency,
+                                const std::unordered_map<int32_t, int32_t>& counts,
+                                std::vector<float>* logits);
+
 using TokenProbability = op::TokenProbability;
 
 class Sampler {
@@ -44,7 +56,8 @@ class Sampler {
   bool greedy() const { return params_.temperature == 0.0f; }
 
   // The next token given the logits of the last position and the tokens so far (prompt and
-  // generated, oldest first; the repetition penalty reads its tail).
+  // generated, oldest first; the repetition penalty reads its tail). The token counts for the
+  // presence and frequency penalties of the next draws.
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
   // The same for an fp32 [V] row on any device: on the GPU only the recent ids go up and the
   // 4-byte token comes back.
@@ -59,7 +72,10 @@ class Sampler {
   explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
   // The tail of `history` the repetition penalty reads; empty when the penalty is off.
   std::vector<int32_t> recent(const std::vector<int32_t>& history) const;
-  // The logits after the repetition penalty; points into `logits` when there is no penalty.
+  bool occurrence_penalties() const {
+    return params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  }
+  // The logits after the penalties; points into `logits` when there is none.
   const float* penalised(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
   double uniform();  // [0, 1), the same sequence on every platform for one seed
   op::SampleParams op_params() const;
@@ -67,6 +83,8 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;
+  std::unordered_map<int32_t, int32_t> drawn_;  // token -> times drawn
+  std::vector<float> host_row_;  // the tensor path's row, copied when penalties need the host
   // Device-side state of the tensor path, allocated on the first GPU step and reused after.
   op::SampleWorkspace workspace_;
   Tensor recent_;  // int32, capacity for the window; its first n rows are this step's ids

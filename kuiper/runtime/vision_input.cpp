@@ -48,6 +48,15 @@ Result<PromptImage> ImageInput::load(const std::string& path) const {
   return PromptImage{path, std::move(pixels).value()};
 }
 
+Result<PromptImage> ImageInput::decode(const std::string& bytes, const std::string& name) const {
+  Result<Image> image =
+      decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), name);
+  if (!image.ok()) return image.status().With("image " + name);
+  Result<ProcessedImage> pixels = preprocess_image(*image, processor_);
+  if (!pixels.ok()) return pixels.status().With("image " + name);
+  return PromptImage{name, std::move(pixels).value()};
+}
+
 std::vector<int64_t> image_tokens(const ModelConfig& config,
                                   const std::vector<ProcessedImage>& images) {
   std::vector<int64_t> tokens;

@@ -47,6 +47,8 @@ class ImageInput {
   // Reads and preprocesses an image file (PNG or JPEG). Every error names the file: missing,
   // not an image, zero size, truncated.
   Result<PromptImage> load(const std::string& path) const;
+  // The same for an image file's bytes held in memory; errors say `name`.
+  Result<PromptImage> decode(const std::string& bytes, const std::string& name) const;
 
   int32_t image_pad_id() const { return image_pad_id_; }
   int64_t merge_size() const { return merge_size_; }
