@@ -187,7 +187,7 @@ TEST_F(InferCli, SameSeedSameSample) {
 
 // The load summary is glog's at --v=1, one line, and absent from a normal run.
 TEST_F(InferCli, VerboseRunLogsTheLoadSummaryOnce) {
-  const std::string summary = "decode, max_context 4096, KV pool 1 x 4096 tokens";
+  const std::string summary = "decode, max_context 4096, KV pool 256 x 16 tokens";
   const CliResult verbose = qwen3({"--prompt", "Hi", "--max-tokens", "2", "--v=1"});
   ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
   const size_t at = verbose.err.find(summary);
@@ -318,6 +318,55 @@ TEST_F(InferCli, ConcurrentBatchGivesInOrderWhatOneAtATimeGives) {
   }
   EXPECT_EQ(runs[1][0]["prompt"], prompts[0]);
   EXPECT_EQ(runs[1][9]["prompt"], "sampled");
+}
+
+// Issue 13's batch-file acceptance at CI scale: a 1000-line file with bad lines of every kind
+// runs concurrently; every good line is answered, in the file's order, each bad line is that
+// line's error only, and the summary gives the output rate.
+TEST_F(InferCli, ThousandLineBatchAnswersEveryGoodLineInOrder) {
+  constexpr int kLines = 1000;
+  std::string lines;
+  std::vector<int> bad;  // 0-based line numbers
+  for (int i = 0; i < kLines; ++i) {
+    if (i % 97 == 13) {  // a different kind of bad line each time
+      bad.push_back(i);
+      switch (bad.size() % 4) {
+        case 0: lines += "{not json\n"; break;
+        case 1: lines += json{{"prompt", "x"}, {"top_p", 2.0}}.dump() + "\n"; break;
+        case 2: lines += json{{"prompt", "x"}, {"max_tokens", "many"}}.dump() + "\n"; break;
+        case 3: lines += "{\"prompt\": \"bad \xFF\"}\n"; break;
+      }
+      continue;
+    }
+    lines += json{{"prompt", "Line " + std::to_string(i) + " says hello."},
+                  {"max_tokens", 1 + i % 4}}.dump() + "\n";
+  }
+  write("prompts.jsonl", lines);
+  const std::string out = path("out.jsonl");
+  CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-batch", "32",
+                       "--output", out});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  for (int i : bad) {
+    EXPECT_NE(r.err.find("prompts.jsonl:" + std::to_string(i + 1) + ": "), std::string::npos)
+        << "line " << i + 1;
+  }
+  const std::string done = std::to_string(kLines - static_cast<int>(bad.size())) + " of " +
+                           std::to_string(kLines) + " prompts done, " +
+                           std::to_string(bad.size()) + " failed";
+  EXPECT_NE(r.err.find(done), std::string::npos) << r.err.substr(r.err.size() - 400);
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos);
+  const std::vector<json> records = read_jsonl(out);
+  ASSERT_EQ(records.size(), static_cast<size_t>(kLines));
+  for (int i = 0; i < kLines; ++i) {
+    const json& rec = records[static_cast<size_t>(i)];
+    const bool is_bad = std::find(bad.begin(), bad.end(), i) != bad.end();
+    ASSERT_EQ(rec.contains("error"), is_bad) << "line " << i + 1 << ": " << rec;
+    if (is_bad) continue;
+    EXPECT_EQ(rec["prompt"], "Line " + std::to_string(i) + " says hello.");
+    ASSERT_TRUE(rec.contains("output_ids")) << rec;
+    EXPECT_GE(rec["output_ids"].size(), 1u);
+    EXPECT_LE(rec["output_ids"].size(), static_cast<size_t>(1 + i % 4));
+  }
 }
 
 TEST_F(InferCli, InvalidUtf8InATextBatchFailsOnlyThatLine) {
