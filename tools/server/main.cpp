@@ -36,6 +36,10 @@ DEFINE_bool(no_think, false, "Qwen3: answer without a thinking block unless a re
 DEFINE_int64(max_batch, 0, "requests run at once; 0: 64 on cuda, 8 on cpu");
 DEFINE_int64(max_batch_tokens, 2048, "tokens one engine step runs (prefill chunks + decodes)");
 DEFINE_int64(max_context, 4096, "KV cache length in tokens per request; 0: the model's maximum");
+DEFINE_string(kv_cache, "",
+              "KV cache pool: a fraction of the free GPU memory (0.9) or a size (8GiB, 512MiB); "
+              "default: room for --max-batch requests of --max-context tokens");
+DEFINE_int64(kv_block_size, 16, "tokens per KV cache block (the prefix cache shares whole blocks)");
 DEFINE_string(attention, "flash2", "attention algorithm: mha, flash1 or flash2");
 DEFINE_string(device, "", "cpu or cuda (default: cuda when a GPU is usable, else cpu)");
 DEFINE_string(dtype, "auto",
@@ -87,6 +91,12 @@ Status serve(sigset_t signals) {
     model_options.max_context = model_max;
   }
   model_options.max_sequences = max_batch;
+  KUIPER_RETURN_IF_ERROR(set_kv_cache_flag(FLAGS_kv_cache, &model_options));
+  if (FLAGS_kv_block_size < 1 || FLAGS_kv_block_size > 4096) {
+    return Status::Error("--kv-block-size must be in [1, 4096], not " +
+                         std::to_string(FLAGS_kv_block_size));
+  }
+  model_options.kv_block_size = FLAGS_kv_block_size;
   if (file->tokenizer_json().empty()) return Status::Error(FLAGS_model + " holds no tokenizer");
   KUIPER_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_json(file->tokenizer_json()));
   KUIPER_ASSIGN_OR_RETURN(ChatTemplate chat_template,
