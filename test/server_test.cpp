@@ -395,6 +395,31 @@ TEST_F(Server, LogprobsComeWithEachToken) {
   }
 }
 
+// Streamed, each chunk carries the log-probabilities of the tokens it brings: together, one
+// per generated token, in order, and the same as the reply without streaming.
+TEST_F(Server, StreamedLogprobsComeWithTheirChunks) {
+  json body = chat("Hi", 4, {{"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 2}});
+  const Reply whole = post(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(whole.status, 200) << whole.raw;
+  body["stream"] = true;
+  const Stream s = post_stream(port(), "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.raw;
+  ASSERT_TRUE(s.done);
+  json tokens = json::array();
+  for (const json& event : s.events) {
+    if (!event.contains("choices") || event["choices"].empty()) continue;
+    const json& lp = event["choices"][0]["logprobs"];
+    if (lp.is_null()) continue;
+    for (const json& t : lp["content"]) tokens.push_back(t);
+  }
+  const json& want = whole.body["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(tokens.size(), 4u) << s.raw;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(tokens[i]["token"], want[i]["token"]) << i;
+    EXPECT_DOUBLE_EQ(tokens[i]["logprob"].get<double>(), want[i]["logprob"].get<double>()) << i;
+  }
+}
+
 TEST_F(Server, BadRequestsAreRefusedAndTheServerGoesOn) {
   struct Case {
     const char* what;

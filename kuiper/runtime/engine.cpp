@@ -116,6 +116,11 @@ Engine::Engine(Model& model, Tokenizer tokenizer, const EngineOptions& options)
 
 Engine::~Engine() = default;
 
+const std::vector<TokenLogprob>* Engine::logprobs(int64_t id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second->out.logprobs;
+}
+
 Result<int64_t> Engine::add_request(std::vector<int32_t> prompt,
                                     std::vector<ProcessedImage> images,
                                     const GenerationOptions& options, TextCallback on_text) {

@@ -95,6 +95,9 @@ class Engine {
   bool is_end_token(int32_t id) const { return end_tokens_.count(id) != 0; }
   const SchedulerStats& stats() const { return scheduler_.stats(); }
   const StepStats& last_step() const { return last_step_; }
+  // The log-probabilities of the tokens request `id` has generated so far (when its options ask
+  // for them); null for an id not running or waiting.
+  const std::vector<TokenLogprob>* logprobs(int64_t id) const;
   const BlockPool& pool() const { return pool_; }
 
  private:

@@ -14,9 +14,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 Channel::Update Channel::take(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return !text_.empty() || finished_.has_value(); });
+  changed_.wait_for(lock, timeout, [&] {
+    return !text_.empty() || !logprobs_.empty() || finished_.has_value();
+  });
   Update update;
   update.text.swap(text_);
+  update.logprobs.swap(logprobs_);
   if (finished_) {
     update.finished = std::move(finished_);
     finished_.reset();
@@ -28,6 +31,14 @@ void Channel::append(const std::string& text) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     text_ += text;
+  }
+  changed_.notify_all();
+}
+
+void Channel::append_logprobs(const TokenLogprob* begin, const TokenLogprob* end) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    logprobs_.insert(logprobs_.end(), begin, end);
   }
   changed_.notify_all();
 }
@@ -201,6 +212,16 @@ void EngineLoop::run() {
     if (engine_.unfinished() > 0) {
       Result<std::vector<FinishedRequest>> step = engine_.step();
       if (step.ok()) {
+        // The running requests' new log-probabilities go out with their text; a finished
+        // request's last ones come with its finish.
+        for (const auto& [id, c] : running_) {
+          const std::vector<TokenLogprob>* lps = engine_.logprobs(id);
+          if (c->options.logprobs < 0 || lps == nullptr || lps->size() <= c->logprobs_seen) {
+            continue;
+          }
+          c->append_logprobs(lps->data() + c->logprobs_seen, lps->data() + lps->size());
+          c->logprobs_seen = lps->size();
+        }
         for (FinishedRequest& f : *step) report(std::move(f));
       } else {
         LOG(ERROR) << "the engine failed: " << step.status().message()

@@ -26,6 +26,7 @@ class Channel {
  public:
   struct Update {
     std::string text;                        // new text since the last take
+    std::vector<TokenLogprob> logprobs;      // new tokens' log-probabilities (when asked for)
     std::optional<FinishedRequest> finished;  // set once, with the last take
   };
   // Waits up to `timeout` for new text or the finish, and takes what there is.
@@ -33,6 +34,7 @@ class Channel {
 
   // Engine side.
   void append(const std::string& text);
+  void append_logprobs(const TokenLogprob* begin, const TokenLogprob* end);
   void finish(FinishedRequest finished);
 
   std::vector<int32_t> prompt;
@@ -40,11 +42,13 @@ class Channel {
   GenerationOptions options;
   std::chrono::steady_clock::time_point submitted;
   std::string log_id;  // the API's id (chatcmpl-...), for the log line
+  size_t logprobs_seen = 0;  // engine thread: log-probabilities appended so far
 
  private:
   std::mutex mutex_;
   std::condition_variable changed_;
   std::string text_;
+  std::vector<TokenLogprob> logprobs_;
   std::optional<FinishedRequest> finished_;
 };
 

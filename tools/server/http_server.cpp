@@ -144,6 +144,9 @@ struct Job {
   int64_t created = 0;
   std::vector<std::shared_ptr<Channel>> channels;
   std::vector<std::string> text;  // per choice
+  // Per choice: log-probabilities taken but not yet sent, and how many were sent.
+  std::vector<std::vector<TokenLogprob>> logprobs;
+  std::vector<size_t> logprobs_sent;
   std::vector<std::optional<FinishedRequest>> finished;
   int64_t prompt_tokens = 0;
   int fd = -1;
@@ -166,6 +169,8 @@ struct Job {
       wait = std::chrono::milliseconds(0);
       fresh[i] = std::move(u.text);
       text[i] += fresh[i];
+      logprobs.resize(channels.size());
+      logprobs[i].insert(logprobs[i].end(), u.logprobs.begin(), u.logprobs.end());
       if (u.finished) finished[i] = std::move(u.finished);
     }
     return fresh;
@@ -478,14 +483,24 @@ void HttpServer::routes() {
               LOG(INFO) << job->id << ": the client went away; cancelled";
               return gone();
             }
+            job->logprobs.resize(job->channels.size());
+            job->logprobs_sent.resize(job->channels.size());
+            // The logprobs of tokens sent so far: a chunk's own, and a finish's remainder.
+            auto logprobs_json = [&](size_t i, const std::vector<TokenLogprob>& lps) -> Json {
+              if (!job->request.logprobs) return Json();
+              job->logprobs_sent[i] += lps.size();
+              return chat ? chat_logprobs(*tokenizer, lps) : completion_logprobs(*tokenizer, lps);
+            };
             for (size_t i = 0; i < fresh.size(); ++i) {
-              if (!fresh[i].empty()) {
-                Json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+              if (!fresh[i].empty() || !job->logprobs[i].empty()) {
+                Json choice = {{"index", i}, {"finish_reason", nullptr}};
                 if (chat) {
                   choice["delta"] = {{"content", fresh[i]}};
                 } else {
                   choice["text"] = fresh[i];
                 }
+                choice["logprobs"] = logprobs_json(i, job->logprobs[i]);
+                job->logprobs[i].clear();
                 if (!event(choice, nullptr)) return gone();
               }
               if (was_done[i] || !job->finished[i]) continue;
@@ -501,13 +516,13 @@ void HttpServer::routes() {
               Json choice = {{"index", i}, {"finish_reason", api_finish_reason(g.finish)}};
               if (chat) {
                 choice["delta"] = Json::object();
-                choice["logprobs"] =
-                    job->request.logprobs ? chat_logprobs(*tokenizer, g.logprobs) : Json();
               } else {
                 choice["text"] = "";
-                choice["logprobs"] =
-                    job->request.logprobs ? completion_logprobs(*tokenizer, g.logprobs) : Json();
               }
+              const auto sent = static_cast<std::ptrdiff_t>(
+                  std::min(job->logprobs_sent[i], g.logprobs.size()));
+              choice["logprobs"] = logprobs_json(
+                  i, std::vector<TokenLogprob>(g.logprobs.begin() + sent, g.logprobs.end()));
               if (!event(choice, nullptr)) return gone();
             }
             if (!job->done()) return true;
