@@ -244,6 +244,23 @@ TEST(Engine, ARequestSharesBlocksThatARunningOneFilled) {
   EXPECT_NEAR(engine->stats().cached_fraction(), 12.0 / 26.0, 1e-12);
 }
 
+TEST(Engine, RequestsArrivingTogetherPrefillASharedPrefixOnce) {
+  // Three requests queued at once share a prompt start of three full blocks: the first prefills
+  // it, the others wait for that prefill and take its blocks from the prefix cache.
+  std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(16));
+  std::unique_ptr<Engine> engine = make_engine(*model, engine_options(4, 64));
+  const std::vector<int32_t> shared = ids_from(12, 3);
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back({concat(shared, ids_from(2, 20 + i)), greedy(3)});
+  const std::vector<Result<Generation>> got = run_all(*engine, prompts);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(got[static_cast<size_t>(i)]);
+    EXPECT_EQ(got[static_cast<size_t>(i)]->stats.prefilled_tokens, i == 0 ? 14 : 2) << i;
+  }
+  EXPECT_EQ(engine->stats().cached_tokens, 2 * 12);
+  expect_same_tokens(got, run_alone(prompts, [] { return FakeModel::create(small_blocks(16)); }));
+}
+
 TEST(Engine, EvictedPrefixesAreRecomputed) {
   // A pool of 4 blocks: a second, unrelated request needs all of them and evicts the first's.
   std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(4));

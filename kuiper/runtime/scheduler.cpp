@@ -71,9 +71,25 @@ std::vector<ScheduledSpan> Scheduler::schedule() {
     }
   }
 
+  // A prompt whose first block a running sequence is still prefilling waits for that prefill:
+  // its blocks then come from the prefix cache, rather than the same keys and values being
+  // computed twice side by side (a shared system prompt reaching many requests at once).
+  auto behind_a_shared_prefill = [&](const Sequence* s) {
+    const int64_t bs = pool_.block_size();
+    if (s->size() <= bs) return false;
+    for (const Sequence* r : running_) {
+      if (r->remaining() > 1 && r->size() > bs &&
+          std::equal(s->keys.begin(), s->keys.begin() + bs, r->keys.begin())) {
+        return true;
+      }
+    }
+    return false;
+  };
+
   // Admissions, first come first served: the queue's head waits until it fits.
   while (!waiting_.empty() && budget > 0 && running_.size() < max_batch) {
     Sequence* s = waiting_.front();
+    if (behind_a_shared_prefill(s)) break;
     s->computed = s->blocks.attach_prefix(pool_, s->keys, s->size() - 1);
     const int64_t n = std::min(s->remaining(), budget);
     if (!s->blocks.reserve(pool_, s->computed + n)) {
