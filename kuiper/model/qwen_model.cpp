@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
+#include <utility>
 
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/ops.h"
@@ -295,17 +297,26 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   const DataType act = options_.activation;
   Workspace w;
   w.capacity = cap;
-  KUIPER_ASSIGN_OR_RETURN(w.ids, Tensor::empty({cap}, DataType::kInt32, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.positions, Tensor::empty({cap}, DataType::kInt32, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.query_begin, Tensor::empty({cap + 1}, DataType::kInt32, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.starts, Tensor::empty({cap}, DataType::kInt32, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.block_tables,
-                          Tensor::empty({cap * table_width_}, DataType::kInt32, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.logit_index, Tensor::empty({cap}, DataType::kInt32, dev));
-  KUIPER_ASSIGN_OR_RETURN(w.picked, Tensor::empty({cap, c.hidden_size}, residual_dtype(act), dev));
+  // The pass's int32 inputs share one buffer, so that a pass uploads them in one copy (a decode
+  // step of one sequence: about a kilobyte); the block tables come last, so a pass copies only
+  // the rows it uses.
   const int64_t rope_axes = c.is_mrope() ? 3 : 1;
-  KUIPER_ASSIGN_OR_RETURN(w.rope_positions,
-                          Tensor::empty({rope_axes * cap}, DataType::kInt32, dev));
+  const int64_t sizes[] = {cap, cap, rope_axes * cap, cap + 1, cap, cap, cap * table_width_};
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  KUIPER_ASSIGN_OR_RETURN(w.inputs, Tensor::empty({total}, DataType::kInt32, dev));
+  Workspace::Offsets& o = w.offsets;
+  const std::pair<Tensor*, int64_t*> parts[] = {
+      {&w.ids, &o.ids},         {&w.positions, &o.positions},     {&w.rope_positions, &o.rope},
+      {&w.query_begin, &o.query_begin}, {&w.starts, &o.starts},
+      {&w.logit_index, &o.logit_index}, {&w.block_tables, &o.block_tables}};
+  int64_t at = 0;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    *parts[i].first = w.inputs.rows(at, sizes[i]);
+    *parts[i].second = at;
+    at += sizes[i];
+  }
+  KUIPER_ASSIGN_OR_RETURN(w.picked, Tensor::empty({cap, c.hidden_size}, residual_dtype(act), dev));
   KUIPER_ASSIGN_OR_RETURN(w.x, Tensor::empty({cap, c.hidden_size}, residual_dtype(act), dev));
   KUIPER_ASSIGN_OR_RETURN(w.h, Tensor::empty({cap, c.hidden_size}, act, dev));
   KUIPER_ASSIGN_OR_RETURN(w.o, Tensor::empty({cap, c.hidden_size}, act, dev));
@@ -600,30 +611,30 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
   const int64_t T = pass.T, S = pass.sequences, W = pass.table_width;
   const int64_t axes = config_.is_mrope() ? 3 : 1;
   st.query_begin.push_back(static_cast<int32_t>(T));
-  KUIPER_RETURN_IF_ERROR(upload_ints(ws.ids, st.ids.data(), T));
-  KUIPER_RETURN_IF_ERROR(upload_ints(ws.positions, st.rows.data(), T));
-  KUIPER_RETURN_IF_ERROR(upload_ints(ws.query_begin, st.query_begin.data(), S + 1));
-  KUIPER_RETURN_IF_ERROR(upload_ints(ws.starts, st.starts.data(), S));
+  const Workspace::Offsets& at = ws.offsets;
+  st.host.resize(static_cast<size_t>(at.block_tables + S * W));
+  auto put = [&](int64_t offset, const std::vector<int32_t>& v, int64_t n) {
+    std::copy(v.begin(), v.begin() + n, st.host.begin() + offset);
+  };
+  put(at.ids, st.ids, T);
+  put(at.positions, st.rows, T);
+  put(at.query_begin, st.query_begin, S + 1);
+  put(at.starts, st.starts, S);
+  if (pass.gather) put(at.logit_index, st.logit_index, pass.logit_rows);
   // [axes, T] rotary positions from the staged [T, axes].
-  st.host.resize(static_cast<size_t>(axes * T));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t a = 0; a < axes; ++a) {
-      st.host[static_cast<size_t>(a * T + t)] = st.rope[static_cast<size_t>(t * axes + a)];
+      st.host[static_cast<size_t>(at.rope + a * T + t)] =
+          st.rope[static_cast<size_t>(t * axes + a)];
     }
   }
-  KUIPER_RETURN_IF_ERROR(upload_ints(ws.rope_positions, st.host.data(), axes * T));
   // [S, W] block tables; entries past a sequence's blocks name the pad block (never read).
-  st.host.assign(static_cast<size_t>(S * W), pad_block_);
+  std::fill(st.host.begin() + at.block_tables, st.host.end(), pad_block_);
   for (int64_t i = 0; i < S; ++i) {
     const Span<const int32_t>& b = st.blocks[static_cast<size_t>(i)];
-    std::copy(b.begin(), b.end(), st.host.begin() + i * W);
+    std::copy(b.begin(), b.end(), st.host.begin() + at.block_tables + i * W);
   }
-  KUIPER_RETURN_IF_ERROR(upload_ints(ws.block_tables, st.host.data(), S * W));
-  if (pass.gather) {
-    KUIPER_RETURN_IF_ERROR(
-        upload_ints(ws.logit_index, st.logit_index.data(), pass.logit_rows));
-  }
-  return Status::Ok();
+  return upload_ints(ws.inputs, st.host.data(), static_cast<int64_t>(st.host.size()));
 }
 
 Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {

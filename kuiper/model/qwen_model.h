@@ -68,6 +68,12 @@ class QwenModel : public Model {
   // the decode graphs captured on it are then dropped, since they hold its addresses.
   struct Workspace {
     int64_t capacity = 0;
+    // The int32 inputs below are views of `inputs`, at these offsets.
+    struct Offsets {
+      int64_t ids, positions, rope, query_begin, starts, logit_index, block_tables;
+    };
+    Tensor inputs;
+    Offsets offsets{};
     Tensor ids;
     Tensor positions;  // each token's row in the KV pool
     Tensor x;          // the residual stream, in residual_dtype(activation)
