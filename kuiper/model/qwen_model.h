@@ -126,9 +126,9 @@ class QwenModel : public Model {
   // The pass being staged on the host, then uploaded into a workspace.
   struct Staging {
     std::vector<int32_t> ids, rows, query_begin, starts, logit_index;
-    std::vector<int32_t> rope;            // [T, axes]: each row's rotary position per axis
+    std::vector<int32_t> rope;                // [T, axes]: each row's rotary position per axis
     std::vector<Span<const int32_t>> blocks;  // each sequence's blocks
-    std::vector<int32_t> host;            // scratch: the [axes, T] positions, the block tables
+    std::vector<int32_t> host;                // the workspace's inputs as uploaded
   };
 
   QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file, const ModelOptions& options,
