@@ -14,6 +14,8 @@ size_t dtype_size(DataType t) {
     case DataType::kBf16: return 2;
     case DataType::kInt8: return 1;
     case DataType::kInt32: return 4;
+    case DataType::kUint8: return 1;
+    case DataType::kFp8E4m3: return 1;
   }
   return 0;
 }
@@ -25,16 +27,19 @@ const char* dtype_name(DataType t) {
     case DataType::kBf16: return "bf16";
     case DataType::kInt8: return "int8";
     case DataType::kInt32: return "int32";
+    case DataType::kUint8: return "uint8";
+    case DataType::kFp8E4m3: return "fp8_e4m3";
   }
   return "?";
 }
 
 Result<DataType> parse_dtype(const std::string& name) {
   for (DataType t : {DataType::kFp32, DataType::kFp16, DataType::kBf16, DataType::kInt8,
-                     DataType::kInt32}) {
+                     DataType::kInt32, DataType::kUint8, DataType::kFp8E4m3}) {
     if (name == dtype_name(t)) return t;
   }
-  return Status::Error("unknown dtype '" + name + "' (expected fp32, fp16, bf16, int8 or int32)");
+  return Status::Error("unknown dtype '" + name +
+                       "' (expected fp32, fp16, bf16, int8, int32, uint8 or fp8_e4m3)");
 }
 
 const char* device_name(DeviceType d) { return d == DeviceType::kCpu ? "cpu" : "cuda"; }
@@ -43,6 +48,36 @@ Result<DeviceType> parse_device(const std::string& name) {
   if (name == "cpu") return DeviceType::kCpu;
   if (name == "cuda") return DeviceType::kCuda;
   return Status::Error("unknown device '" + name + "' (expected cpu or cuda)");
+}
+
+float fp8_e4m3_to_float(uint8_t bits) {
+  const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
+  const int exp = (bits >> 3) & 0xf;
+  const int mant = bits & 0x7;
+  if (exp == 0xf && mant == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), -9);  // subnormal: m * 2^-9
+  return sign * std::ldexp(1.0f + static_cast<float>(mant) / 8.0f, exp - 7);
+}
+
+uint8_t float_to_fp8_e4m3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80u : 0x00u;
+  if (std::isnan(f)) return sign | 0x7fu;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7eu;  // saturate (inf too)
+  if (a < 0.015625f) {                   // below 2^-6, the smallest normal: steps of 2^-9
+    // 8 steps is 2^-6 itself, whose bits (exponent 1, mantissa 0) are 0x08 too.
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  }
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int exp = e - 1 + 7;                // a = (2m) * 2^(e-1), 2m in [1, 2)
+  int mant = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));  // exact, ties to even
+  if (mant == 8) {
+    mant = 0;
+    ++exp;
+  }
+  if (exp > 15 || (exp == 15 && mant == 7)) return sign | 0x7eu;
+  return sign | static_cast<uint8_t>((exp << 3) | mant);
 }
 
 float fp16_to_float(uint16_t h) {

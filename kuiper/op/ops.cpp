@@ -123,21 +123,72 @@ Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out) {
   KUIPER_DISPATCH(x.device(), rmsnorm(x, weight, eps, out));
 }
 
-Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+Status matmul(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("matmul", x));
-  KUIPER_RETURN_IF_ERROR(same_device("matmul", {&x, &w, &out}));
-  if (x.ndim() != 2 || w.ndim() != 2 || out.ndim() != 2 || w.dim(1) != x.dim(1) ||
-      out.dim(0) != x.dim(0) || out.dim(1) != w.dim(0) ||
-      (out.dtype() != x.dtype() && out.dtype() != DataType::kFp32) ||
-      !is_float(w.dtype())) {
+  KUIPER_RETURN_IF_ERROR(check_weight(w).With("matmul"));
+  KUIPER_RETURN_IF_ERROR(same_device("matmul", {&x, &w.values, &out}));
+  if (x.ndim() != 2 || out.ndim() != 2 || w.cols() != x.dim(1) || out.dim(0) != x.dim(0) ||
+      out.dim(1) != w.rows() ||
+      (out.dtype() != x.dtype() && out.dtype() != DataType::kFp32)) {
     return fail("matmul", "cannot multiply " + x.describe() + " by " + w.describe() +
                               "^T into " + out.describe());
   }
-  if (bias != nullptr && (bias->numel() != w.dim(0) || bias->device() != x.device() ||
+  if (bias != nullptr && (bias->numel() != w.rows() || bias->device() != x.device() ||
                           !is_float(bias->dtype()))) {
     return fail("matmul", "bias " + bias->describe() + " does not fit " + w.describe());
   }
   KUIPER_DISPATCH(x.device(), matmul(x, w, bias, out));
+}
+
+Status dequantize(const Weight& w, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_weight(w).With("dequantize"));
+  KUIPER_RETURN_IF_ERROR(same_device("dequantize", {&w.values, &out}));
+  if (!is_float(out.dtype()) || out.shape() != std::vector<int64_t>{w.rows(), w.cols()}) {
+    return fail("dequantize", "cannot dequantize " + w.describe() + " into " + out.describe());
+  }
+  KUIPER_DISPATCH(out.device(), dequantize(w, out));
+}
+
+Status quantize(const Tensor& w, Weight& out) {
+  KUIPER_RETURN_IF_ERROR(check_weight(out).With("quantize"));
+  KUIPER_RETURN_IF_ERROR(same_device("quantize", {&w, &out.values}));
+  if (!out.quantized() || !is_float(w.dtype()) ||
+      w.shape() != std::vector<int64_t>{out.rows(), out.cols()}) {
+    return fail("quantize", "cannot quantize " + w.describe() + " into " + out.describe());
+  }
+  KUIPER_DISPATCH(w.device(), quantize(w, out));
+}
+
+Result<Weight> empty_weight(WeightFormat format, int64_t N, int64_t K, int64_t block_rows,
+                            int64_t block_cols, DeviceType device) {
+  const std::string what = std::string(weight_format_name(format)) + " weight " +
+                           shape_string({N, K});
+  if (format == WeightFormat::kPlain || N < 1 || K < 1 || block_rows < 1 || block_cols < 1) {
+    return fail("empty_weight", "cannot make a " + what);
+  }
+  Weight w;
+  w.format = format;
+  w.block_rows = block_rows;
+  w.block_cols = block_cols;
+  if (format == WeightFormat::kFp8) {
+    KUIPER_ASSIGN_OR_RETURN(w.values, Tensor::empty({N, K}, DataType::kFp8E4m3, device));
+    KUIPER_ASSIGN_OR_RETURN(
+        w.scales, Tensor::empty({(N + block_rows - 1) / block_rows,
+                                 (K + block_cols - 1) / block_cols}, DataType::kFp32, device));
+  } else {
+    const int64_t group = block_cols;
+    const bool int4 = format == WeightFormat::kInt4;
+    if (block_rows != 1 || K % group != 0 || (int4 && group % 2 != 0)) {
+      return fail("empty_weight", what + ": group " + std::to_string(group) +
+                                      " must divide the columns" + (int4 ? " and be even" : "") +
+                                      ", one row a group");
+    }
+    KUIPER_ASSIGN_OR_RETURN(w.values,
+                            Tensor::empty({N, int4 ? K / 2 : K}, DataType::kUint8, device));
+    KUIPER_ASSIGN_OR_RETURN(w.scales, Tensor::empty({N, K / group}, DataType::kFp16, device));
+    KUIPER_ASSIGN_OR_RETURN(w.zeros, Tensor::empty({N, K / group}, DataType::kUint8, device));
+  }
+  return w;
 }
 
 Status rope(Tensor& x, const Tensor& positions, RopeParams rope) {
@@ -211,10 +262,11 @@ Status argmax(const Tensor& logits, Tensor& out) {
   KUIPER_DISPATCH(logits.device(), argmax(logits, out));
 }
 
-Status linear(const Tensor& x, const Tensor& w, const LinearOptions& o, Tensor& out) {
+Status linear(const Tensor& x, const Weight& w, const LinearOptions& o, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("linear", x));
   KUIPER_RETURN_IF_ERROR(check_activation("linear", out));
-  KUIPER_RETURN_IF_ERROR(same_device("linear", {&x, &w, &out}));
+  KUIPER_RETURN_IF_ERROR(check_weight(w).With("linear"));
+  KUIPER_RETURN_IF_ERROR(same_device("linear", {&x, &w.values, &out}));
   const int64_t rows = o.swiglu ? 2 * out.dim(-1) : out.dim(-1);
   // out has x's dtype; or fp32 from 16-bit x (logits, the fp32 residual), not with swiglu; or
   // 16-bit from an fp32 x that the norm reads (the fp32 residual stream).
@@ -222,8 +274,8 @@ Status linear(const Tensor& x, const Tensor& w, const LinearOptions& o, Tensor& 
       out.dtype() == x.dtype() ||
       (mixable(x.dtype(), out.dtype()) &&
        (out.dtype() == DataType::kFp32 ? !o.swiglu : o.norm != nullptr));
-  if (x.ndim() != 2 || w.ndim() != 2 || out.ndim() != 2 || w.dim(1) != x.dim(1) ||
-      out.dim(0) != x.dim(0) || w.dim(0) != rows || !is_float(w.dtype()) || !dtypes_fit) {
+  if (x.ndim() != 2 || out.ndim() != 2 || w.cols() != x.dim(1) || out.dim(0) != x.dim(0) ||
+      w.rows() != rows || !dtypes_fit) {
     return fail("linear", "cannot multiply " + x.describe() + " by " + w.describe() + "^T into " +
                               out.describe() + (o.swiglu ? " (swiglu)" : ""));
   }

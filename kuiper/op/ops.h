@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kuiper/op/rope_params.h"
+#include "kuiper/op/weight.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper::op {
@@ -36,9 +37,34 @@ Status embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 // into 16-bit activations). out may alias x (same dtype).
 Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 
-// out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]). w: fp32/fp16/bf16, read in its stored type.
-// out has x's dtype, or fp32 (logits keep full precision when activations are 16-bit).
-Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+// out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]). w: plain fp32/fp16/bf16, read in its stored
+// type, or quantized (weight.h): the product with its dequantized values, which the kernels form
+// from the packed codes as they read them (the CUDA GEMM of many rows may round them to x's
+// 16-bit dtype first). out has x's dtype, or fp32 (logits keep full precision when activations
+// are 16-bit).
+Status matmul(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& out);
+
+// out[N, K] = the values of w (weight.h's math, in fp32, rounded once to out's dtype:
+// fp32/fp16/bf16). A plain w is converted.
+Status dequantize(const Weight& w, Tensor& out);
+
+// Round-to-nearest quantization of w (fp32/fp16/bf16 [N, K], read as fp32) into out, whose
+// format, block and tensors are set (empty_weight) on w's device. Per scale block:
+//   kFp8:  amax = max |w|; scale = amax / 448 (1 for an all-zero block); code =
+//          float_to_fp8_e4m3(w / scale) (base/dtype.h: nearest, ties to even).
+//   kInt8 / kInt4 (qmax 255 / 15), each group of a row: lo = min(0, min w), hi = max(0, max w);
+//          s = fp16((hi - lo) / qmax), or 1 where that is 0; z = clamp(rint(-lo / s), 0, qmax);
+//          q = clamp(rint(w / s) + z, 0, qmax), with the fp16 scale s and ties to even.
+// The dequantized values are then within half an E4M3 step of w for FP8 (|w| * 2^-4 for a
+// normal code, scale * 2^-10 for a subnormal one) and within s of w for the integer formats
+// (s / 2 away from the clamped ends).
+Status quantize(const Tensor& w, Weight& out);
+
+// A weight of `format` for an [N, K] matrix with uninitialised values, scales and zeros on
+// `device` (weight.h's layouts; block_rows x block_cols the FP8 block, block_cols the group of
+// the integer formats, whose block_rows is 1). Errors for shapes the format cannot hold.
+Result<Weight> empty_weight(WeightFormat format, int64_t N, int64_t K, int64_t block_rows,
+                            int64_t block_cols, DeviceType device);
 
 // Rotary embedding in place, rotate-half form as Hugging Face applies it: for each head,
 // pairs (i, i + d/2) rotate by angle pos * f(i), f(i) = theta^(-2i/d) (YaRN: scaled per
@@ -91,7 +117,7 @@ struct LinearOptions {
   bool swiglu = false;
   bool residual = false;
 };
-Status linear(const Tensor& x, const Tensor& w, const LinearOptions& options, Tensor& out);
+Status linear(const Tensor& x, const Weight& w, const LinearOptions& options, Tensor& out);
 
 // Attention input preparation for T tokens, fused on the GPU: the per-head RMSNorm of q and k
 // (when q_norm / k_norm are given), RoPE at `positions` (both in place), then k and v rows

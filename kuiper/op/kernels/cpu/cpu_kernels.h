@@ -14,7 +14,11 @@ namespace kuiper::cpu {
 
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 void rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
-void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+void matmul(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out);
+void dequantize(const op::Weight& w, Tensor& out);
+void quantize(const Tensor& w, op::Weight& out);
+// Rows [n0, n0 + rows) of w as fp32 into out[rows * K] (weight.h's math); matmul's widening.
+void dequantize_rows(const op::Weight& w, int64_t n0, int64_t rows, float* out);
 void rope(Tensor& x, const Tensor& positions, const op::RopeParams& rope);
 void mrope(Tensor& x, const Tensor& positions, const op::RopeParams& rope,
            const std::vector<int64_t>& sections);

@@ -1,5 +1,6 @@
-// out[T, N] = x[T, K] @ w[N, K]^T (+ bias). Weights stay in their stored dtype (fp32/fp16/bf16)
-// and are widened a block of rows at a time, so a bf16 model never needs an fp32 copy.
+// out[T, N] = x[T, K] @ w[N, K]^T (+ bias). Weights stay in their stored form (fp32/fp16/bf16 or
+// quantized) and are widened a block of rows at a time, so a bf16 or 4-bit model never needs an
+// fp32 copy.
 #include <algorithm>
 #include <vector>
 
@@ -26,9 +27,8 @@ constexpr int64_t kRowBlock = 32;  // weight rows widened together: 32*K floats 
 
 }  // namespace
 
-void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
-  const size_t w_row_bytes = static_cast<size_t>(K) * dtype_size(w.dtype());
+void matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Tensor& out) {
+  const int64_t T = x.dim(0), K = x.dim(1), N = weight.rows();
   std::vector<float> b;
   if (bias != nullptr) {
     b.resize(static_cast<size_t>(N));
@@ -42,11 +42,10 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t n0 = blk * kRowBlock, rows = std::min(kRowBlock, N - n0);
       const float* wp = wblock.data();
-      if (w.dtype() == DataType::kFp32) {
-        wp = w.data<float>() + n0 * K;
+      if (!weight.quantized() && weight.values.dtype() == DataType::kFp32) {
+        wp = weight.values.data<float>() + n0 * K;
       } else {
-        (void)convert_elements(static_cast<const char*>(w.raw()) + n0 * w_row_bytes, w.dtype(),
-                               wblock.data(), DataType::kFp32, static_cast<size_t>(rows * K));
+        dequantize_rows(weight, n0, rows, wblock.data());
       }
       for (int64_t t = 0; t < T; ++t) {
         const float* xr = x.data<float>() + t * K;

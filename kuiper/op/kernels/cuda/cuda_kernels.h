@@ -11,10 +11,17 @@ namespace kuiper::cuda {
 
 Status embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
-Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+Status matmul(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out);
 // op::linear's fused forms where the GPU has them; false: the caller runs the composition.
-Result<bool> linear(const Tensor& x, const Tensor& w, const op::LinearOptions& options,
+Result<bool> linear(const Tensor& x, const op::Weight& w, const op::LinearOptions& options,
                     Tensor& out);
+// The quantized formats (quantized_matmul.cu): matmul and linear of a quantized w, and
+// op::dequantize / op::quantize.
+Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out);
+Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
+                              const op::LinearOptions& options, Tensor& out);
+Status dequantize(const op::Weight& w, Tensor& out);
+Status quantize(const Tensor& w, op::Weight& out);
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
                           const op::RopeParams& rope, Tensor& k_cache, Tensor& v_cache,

@@ -438,7 +438,9 @@ Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor&
 
 }  // namespace
 
-Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Tensor& out) {
+  if (weight.quantized()) return quantized_matmul(x, weight, bias, out);
+  const Tensor& w = weight.values;
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   if (T == 0 || N == 0) return Status::Ok();
   if (T == 1) {
@@ -468,7 +470,10 @@ Status matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out)
   });
 }
 
-Result<bool> linear(const Tensor& x, const Tensor& w, const op::LinearOptions& o, Tensor& out) {
+Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearOptions& o,
+                    Tensor& out) {
+  if (weight.quantized()) return quantized_linear(x, weight, o, out);
+  const Tensor& w = weight.values;
   const int64_t T = x.dim(0);
   if (T == 0 || out.dim(1) == 0) return true;
   if (T == 1) {

@@ -1,0 +1,65 @@
+// Weight: a projection matrix [N, K] (out, in) as the ops read it, plain or quantized. Every
+// quantized format is one Kuiper layout, whatever checkpoint it came from: kuiper-convert repacks
+// FP8 (FineGrainedFP8), AWQ and GPTQ checkpoints into it, and op::quantize makes it from 16-bit
+// weights. The layouts and their math (n a row, k a column of the [N, K] matrix):
+//
+//   kPlain  values fp32/fp16/bf16 [N, K]; w = values[n, k].
+//   kFp8    values fp8_e4m3 [N, K]; scales fp32 [ceil(N / block_rows), ceil(K / block_cols)];
+//           w = float(values[n, k]) * scales[n / block_rows, k / block_cols]. Block-wise FP8 is
+//           block 128 x 128 (the scales are FineGrainedFP8's weight_scale_inv), per-channel FP8
+//           is block 1 x K. Edge blocks may be partial.
+//   kInt8   values uint8 [N, K], codes q in [0, 255]; scales fp16 [N, K / group]; zeros uint8
+//           [N, K / group]; w = (q - zeros[n, k / group]) * scales[n, k / group]. block_rows 1,
+//           block_cols = group, which divides K.
+//   kInt4   values uint8 [N, K / 2], code q in [0, 15] of column k in bits 4 * (k % 2) of byte
+//           [n, k / 2] (the even column in the low nibble); scales and zeros as kInt8 (zeros in
+//           [0, 15]); group even and dividing K.
+//
+// Rows of a weight (a row view) keep their scales: a view begins and ends at a multiple of
+// block_rows (or at N), so stacked matrices (q|k|v, gate|up) stay one Weight.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kuiper/tensor/tensor.h"
+
+namespace kuiper::op {
+
+enum class WeightFormat { kPlain, kFp8, kInt8, kInt4 };
+
+const char* weight_format_name(WeightFormat f);  // "plain", "fp8", "int8", "int4"
+Result<WeightFormat> parse_weight_format(const std::string& name);
+
+struct Weight {
+  Weight() = default;
+  // A plain weight; implicit, so every op that takes a Weight takes a Tensor matrix as before.
+  Weight(Tensor plain) : values(std::move(plain)) {}  // NOLINT(google-explicit-constructor)
+
+  WeightFormat format = WeightFormat::kPlain;
+  Tensor values;
+  Tensor scales;  // quantized formats
+  Tensor zeros;   // kInt8, kInt4
+  int64_t block_rows = 1, block_cols = 1;  // the scale block (quantized formats)
+
+  bool defined() const { return values.defined(); }
+  bool quantized() const { return format != WeightFormat::kPlain; }
+  int64_t rows() const;  // N
+  int64_t cols() const;  // K (twice values' columns for kInt4)
+  DeviceType device() const { return values.device(); }
+  // Bytes of values, scales and zeros.
+  size_t nbytes() const;
+  // Rows [begin, begin + count) with their scales and zeros, sharing memory. Precondition (the
+  // caller's): begin is a multiple of block_rows and begin + count is one too or equals N.
+  Weight rows(int64_t begin, int64_t count) const;
+  // A copy on `device`.
+  Result<Weight> to(DeviceType device) const;
+  // "int4[4096,4096] group 128@cuda", "fp8[4096,4096] block 128x128@cpu", "fp16[..]@cuda".
+  std::string describe() const;
+};
+
+// Checks that values, scales and zeros have the dtypes and shapes the format's layout gives
+// them for an [N, K] matrix, all on one device. Errors say what does not fit.
+Status check_weight(const Weight& w);
+
+}  // namespace kuiper::op
