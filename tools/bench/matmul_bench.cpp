@@ -18,8 +18,10 @@ Result<json> bench_matmul(DataType activation, double copy_gbs) {
   };
   const Shape shapes[] = {{"q_proj", c.q_dim(), c.hidden_size},
                           {"k_proj/v_proj", c.kv_dim(), c.hidden_size},
+                          {"qkv (stacked)", c.q_dim() + 2 * c.kv_dim(), c.hidden_size},
                           {"o_proj", c.hidden_size, c.q_dim()},
                           {"gate/up_proj", c.intermediate_size, c.hidden_size},
+                          {"gate+up (stacked)", 2 * c.intermediate_size, c.hidden_size},
                           {"down_proj", c.hidden_size, c.intermediate_size},
                           {"lm_head", c.vocab_size, c.hidden_size}};
   const size_t elem = kuiper::dtype_size(activation);
