@@ -336,7 +336,13 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
     KUIPER_ASSIGN_OR_RETURN(w.k, Tensor::empty({cap, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(w.v, Tensor::empty({cap, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(w.gate, Tensor::empty({cap, I}, act, dev));
-    KUIPER_ASSIGN_OR_RETURN(w.up, Tensor::empty({cap, I}, act, dev));
+    // The stacked GEMMs' outputs where the weights are stacked (the GPU; see run_layer).
+    if (!layers_.empty() && layers_.front().gate_up_proj.defined()) {
+      KUIPER_ASSIGN_OR_RETURN(w.qkv, Tensor::empty({cap, c.q_dim() + 2 * c.kv_dim()}, act, dev));
+      KUIPER_ASSIGN_OR_RETURN(w.gate_up, Tensor::empty({cap, 2 * I}, act, dev));
+    } else {
+      KUIPER_ASSIGN_OR_RETURN(w.up, Tensor::empty({cap, I}, act, dev));
+    }
   }
   return w;
 }
@@ -347,21 +353,30 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   const double eps = c.rms_norm_eps;
   Tensor x = ws.x.rows(0, T), h = ws.h.rows(0, T);
   Tensor q = ws.q.rows(0, T), k = ws.k.rows(0, T), v = ws.v.rows(0, T);
-  Tensor attn = ws.attn.rows(0, T), gate = ws.gate.rows(0, T), up = ws.up.rows(0, T);
+  Tensor attn = ws.attn.rows(0, T), gate = ws.gate.rows(0, T);
   Tensor positions = ws.positions.rows(0, T);  // the rows' places in the pool
 
-  // One token on the GPU reads the stacked matrices (see Layer) through op::linear's fused forms:
-  // the RMSNorms ride in the GEMVs that follow them, SwiGLU in the gate/up GEMV and the residual
-  // adds in the o and down GEMVs. More rows keep the norms separate (cuBLAS GEMMs), the weights
-  // read once for every row of the pass.
-  const bool stacked = T == 1 && L.qkv_proj.defined() && ws.qkv.defined();
-  if (stacked) {
+  // The GPU reads the stacked matrices (see Layer). One token (the one-token workspace) through
+  // op::linear's fused forms: the RMSNorms ride in the GEMVs that follow them, SwiGLU in the
+  // gate/up GEMV and the residual adds in the o and down GEMVs. More rows keep the norms apart
+  // and run one GEMM per stack (cuBLAS; the weights read once for every row of the pass, and one
+  // q|k|v GEMM fills the GPU where k and v alone, 1024 columns, leave most of it idle), the
+  // q/k/v split riding in the attention-input kernel and the gate/up split in SwiGLU. The CPU
+  // keeps separate matrices, and Qwen3-VL's M-RoPE separate q, k and v.
+  const bool stacked = L.qkv_proj.defined();
+  const bool fused = stacked && ws.capacity == 1;
+  const bool stacked_qkv = stacked && !fused && pass.rope_axes_equal;
+  if (fused) {
     op::LinearOptions qkv;
     qkv.norm = &L.input_norm;
     qkv.eps = eps;
     qkv.bias = c.qkv_bias ? &L.qkv_bias : nullptr;
     Tensor out = ws.qkv;
     KUIPER_RETURN_IF_ERROR(op::linear(x, L.qkv_proj, qkv, out));
+  } else if (stacked_qkv) {
+    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
+    Tensor qkv = ws.qkv.rows(0, T);
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.qkv_proj, c.qkv_bias ? &L.qkv_bias : nullptr, qkv));
   } else {
     KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.q_proj, c.qkv_bias ? &L.q_bias : nullptr, q));
@@ -370,7 +385,15 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
-  if (pass.rope_axes_equal) {  // RoPE (Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p)
+  if (stacked_qkv) {
+    Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [axes, T] positions
+    KUIPER_ASSIGN_OR_RETURN(
+        Tensor qkv_heads,
+        ws.qkv.rows(0, T).reshape({T, c.num_heads + 2 * c.num_kv_heads, c.head_dim}));
+    KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
+        qkv_heads, q_heads, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
+        positions, c.rope(), L.k_cache, L.v_cache, &rotary));
+  } else if (pass.rope_axes_equal) {  // RoPE (Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p)
     Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [axes, T] positions
     KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
         q_heads, k_heads, v, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
@@ -407,15 +430,21 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   op::LinearOptions residual;
   residual.residual = true;
   KUIPER_RETURN_IF_ERROR(op::linear(attn, L.o_proj, residual, x));
-  if (stacked) {
+  if (fused) {
     op::LinearOptions mlp;
     mlp.norm = &L.post_norm;
     mlp.eps = eps;
     mlp.swiglu = true;
     KUIPER_RETURN_IF_ERROR(op::linear(x, L.gate_up_proj, mlp, gate));
+  } else if (stacked) {
+    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
+    Tensor gate_up = ws.gate_up.rows(0, T);
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_up_proj, nullptr, gate_up));
+    KUIPER_RETURN_IF_ERROR(op::swiglu(gate_up, gate));
   } else {
     KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_proj, nullptr, gate));
+    Tensor up = ws.up.rows(0, T);
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.up_proj, nullptr, up));
     KUIPER_RETURN_IF_ERROR(op::swiglu(gate, up, gate));
   }

@@ -87,8 +87,9 @@ class QwenModel : public Model {
     // The rows whose logits a pass wants, when not simply its last ones: their indices and the
     // gathered residual rows.
     Tensor logit_index, picked;
-    // One-token workspaces only: q|k|v and gate|up back to back, the outputs of the stacked
-    // GEMVs; q, k, v, gate and up are views of them; and the step's logits [1, vocab].
+    // q|k|v and gate|up back to back, the outputs of the stacked GEMVs (one-token workspaces:
+    // q, k, v, gate and up are views of them) or GEMMs (stacked weights, the GPU: no separate up
+    // then); one-token workspaces only: the step's logits [1, vocab].
     Tensor qkv, gate_up, logits;
   };
   // Where a sequence's image-pad rows take their features: span rows [row, row + count) take

@@ -229,6 +229,16 @@ Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out) {
   KUIPER_DISPATCH(gate.device(), swiglu(gate, up, out));
 }
 
+Status swiglu(const Tensor& gate_up, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(check_activation("swiglu", gate_up));
+  KUIPER_RETURN_IF_ERROR(same_device("swiglu", {&gate_up, &out}));
+  if (gate_up.ndim() != 2 || out.ndim() != 2 || out.dim(0) != gate_up.dim(0) ||
+      gate_up.dim(1) != 2 * out.dim(1) || out.dtype() != gate_up.dtype()) {
+    return fail("swiglu", "bad stacked gate/up " + gate_up.describe() + " for " + out.describe());
+  }
+  KUIPER_DISPATCH(out.device(), swiglu(gate_up, out));
+}
+
 Status add(const Tensor& a, const Tensor& b, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("add", a));
   KUIPER_RETURN_IF_ERROR(check_activation("add", b));
@@ -358,6 +368,48 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
   KUIPER_RETURN_IF_ERROR(check_cache_rows("qk_norm_rope_cache", positions, k_cache));
   const Tensor& rotary = rope_positions != nullptr ? *rope_positions : positions;
   KUIPER_DISPATCH(q.device(), qk_norm_rope_cache(q, k, v, q_norm, k_norm, eps, positions, rope,
+                                                 k_cache, v_cache, rotary));
+}
+
+Status qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                          double eps, const Tensor& positions, RopeParams rope, Tensor& k_cache,
+                          Tensor& v_cache, const Tensor* rope_positions) {
+  KUIPER_RETURN_IF_ERROR(check_activation("qk_norm_rope_cache", q));
+  KUIPER_RETURN_IF_ERROR(
+      same_device("qk_norm_rope_cache", {&qkv, &q, &positions, &k_cache, &v_cache}));
+  KUIPER_RETURN_IF_ERROR(check_rope("qk_norm_rope_cache", rope));
+  const int64_t T = qkv.ndim() == 3 ? qkv.dim(0) : -1;
+  const int64_t kv_heads = q.ndim() == 3 ? (qkv.dim(1) - q.dim(1)) / 2 : -1;
+  if (T < 0 || kv_heads < 1 || qkv.dim(1) != q.dim(1) + 2 * kv_heads || q.dim(0) != T ||
+      q.dim(2) != qkv.dim(2) || q.dtype() != qkv.dtype()) {
+    return fail("qk_norm_rope_cache",
+                "bad stacked inputs qkv " + qkv.describe() + ", q " + q.describe());
+  }
+  const int64_t d = qkv.dim(2);
+  if (d % 2 != 0 || k_cache.ndim() != 2 || v_cache.ndim() != 2 || k_cache.dim(1) != kv_heads * d ||
+      v_cache.dim(1) != kv_heads * d || k_cache.dim(0) != v_cache.dim(0) ||
+      k_cache.dtype() != q.dtype() || v_cache.dtype() != q.dtype() ||
+      positions.dtype() != DataType::kInt32 || positions.numel() != T) {
+    return fail("qk_norm_rope_cache", "bad caches " + k_cache.describe() + ", " +
+                                          v_cache.describe() + " or positions " +
+                                          positions.describe() + " for qkv " + qkv.describe());
+  }
+  for (const Tensor* n : {q_norm, k_norm}) {
+    if (n != nullptr &&
+        (n->ndim() != 1 || n->numel() != d || !is_float(n->dtype()) || n->device() != q.device())) {
+      return fail("qk_norm_rope_cache",
+                  "norm weight " + n->describe() + " does not fit head_dim " + std::to_string(d));
+    }
+  }
+  if (rope_positions != nullptr &&
+      (rope_positions->dtype() != DataType::kInt32 || rope_positions->numel() != T ||
+       rope_positions->device() != q.device())) {
+    return fail("qk_norm_rope_cache", "rope positions " + rope_positions->describe() +
+                                          " do not fit " + std::to_string(T) + " tokens");
+  }
+  KUIPER_RETURN_IF_ERROR(check_cache_rows("qk_norm_rope_cache", positions, k_cache));
+  const Tensor& rotary = rope_positions != nullptr ? *rope_positions : positions;
+  KUIPER_DISPATCH(q.device(), qk_norm_rope_cache(qkv, q, q_norm, k_norm, eps, positions, rope,
                                                  k_cache, v_cache, rotary));
 }
 

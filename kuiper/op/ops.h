@@ -82,6 +82,9 @@ Status mrope(Tensor& x, const Tensor& positions, RopeParams rope,
 
 // out = silu(gate) * up, elementwise. out may alias gate or up.
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
+// The same over the two halves of each row of gate_up [T, 2N], gate then up (the product of the
+// stacked gate/up weights, one GEMM for both): out [T, N], which may not alias gate_up.
+Status swiglu(const Tensor& gate_up, Tensor& out);
 
 // out = a + b, elementwise, in fp32 and rounded to a's dtype, which out has. b has a's dtype, or
 // is 16-bit where a is fp32 (vision features added into the fp32 residual stream). out may alias
@@ -129,6 +132,13 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
                           const Tensor* k_norm, double eps, const Tensor& positions,
                           RopeParams rope, Tensor& k_cache, Tensor& v_cache,
                           const Tensor* rope_positions = nullptr);
+// The same of q, k and v side by side in each row of qkv [T, Hq + 2 Hkv, d] (the product of the
+// stacked q/k/v weights, one GEMM for all three), Hq = q.dim(1): the normalised and rotated q
+// heads go to q [T, Hq, d]; qkv's k heads are left normalised and rotated as the k above, its q
+// and v heads as they were.
+Status qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                          double eps, const Tensor& positions, RopeParams rope, Tensor& k_cache,
+                          Tensor& v_cache, const Tensor* rope_positions = nullptr);
 
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
 Status argmax(const Tensor& logits, Tensor& out);

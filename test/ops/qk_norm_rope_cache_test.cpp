@@ -59,6 +59,48 @@ TEST(QkNormRopeCache, RefusesHostCacheRowsOutsideTheCache) {
   EXPECT_NE(s.message().find("outside"), std::string::npos) << s.message();
 }
 
+// The stacked form is the unstacked one on qkv's parts: the same q and caches, qkv's k left
+// rotated, its q and v heads untouched.
+TEST(QkNormRopeCache, CpuStackedIsTheUnstackedForm) {
+  const int64_t T = 3, Hq = 4, Hkv = 2, d = 8, rows = 10, row = (Hq + 2 * Hkv) * d;
+  const op::RopeParams rope(1e6);
+  const Tensor pos = int_tensor({2, 9, 5}, {T}), rot = int_tensor({40, 3, 700}, {T});
+  const Tensor norm = random_tensor({d}, 50);
+  Tensor qkv = random_tensor({T, Hq + 2 * Hkv, d}, 51, DataType::kFp32, 2.0f);
+  const Tensor before = *qkv.to(DeviceType::kCpu);
+  Tensor q = *Tensor::empty({T, Hq, d}, DataType::kFp32);
+  Tensor k = *Tensor::empty({T, Hkv, d}, DataType::kFp32);
+  Tensor v = *Tensor::empty({T, Hkv * d}, DataType::kFp32);
+  const float* s = before.data<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < Hq * d; ++i) q.data<float>()[t * Hq * d + i] = s[t * row + i];
+    for (int64_t i = 0; i < Hkv * d; ++i) {
+      k.data<float>()[t * Hkv * d + i] = s[t * row + Hq * d + i];
+      v.data<float>()[t * Hkv * d + i] = s[t * row + (Hq + Hkv) * d + i];
+    }
+  }
+  Tensor kc = random_tensor({rows, Hkv * d}, 52), vc = random_tensor({rows, Hkv * d}, 53);
+  Tensor kc2 = *kc.to(DeviceType::kCpu), vc2 = *vc.to(DeviceType::kCpu);
+  ASSERT_OK(op::qk_norm_rope_cache(q, k, v, &norm, &norm, 1e-6, pos, rope, kc, vc, &rot));
+  Tensor q2 = poisoned({T, Hq, d}, DataType::kFp32);
+  ASSERT_OK(op::qk_norm_rope_cache(qkv, q2, &norm, &norm, 1e-6, pos, rope, kc2, vc2, &rot));
+  for (int64_t i = 0; i < q.numel(); ++i) EXPECT_EQ(q2.data<float>()[i], q.data<float>()[i]);
+  for (int64_t i = 0; i < kc.numel(); ++i) {
+    EXPECT_EQ(kc2.data<float>()[i], kc.data<float>()[i]);
+    EXPECT_EQ(vc2.data<float>()[i], vc.data<float>()[i]);
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < row; ++i) {
+      const bool is_k = i >= Hq * d && i < (Hq + Hkv) * d;
+      const float want = is_k ? k.data<float>()[t * Hkv * d + i - Hq * d] : s[t * row + i];
+      EXPECT_EQ(qkv.data<float>()[t * row + i], want) << t << " " << i;
+    }
+  }
+  Tensor odd_q = poisoned({T, Hq + 1, d}, DataType::kFp32);  // leaves an odd k|v part
+  EXPECT_FALSE(
+      op::qk_norm_rope_cache(qkv, odd_q, nullptr, nullptr, 1e-6, pos, rope, kc2, vc2).ok());
+}
+
 // Arguments: q, k, v, q norm, k norm, cache rows, k cache, v cache, rotary positions.
 std::vector<OpCase> qk_norm_rope_cache_cases() {
   const int64_t T = 4, Hq = 6, Hkv = 2, rows = 50;
@@ -88,6 +130,28 @@ std::vector<OpCase> qk_norm_rope_cache_cases() {
           c.args[7].tolerance = 0.0;  // v rows are copied
           cases.push_back(c);
         }
+      }
+    }
+  }
+  // The stacked form. Arguments: qkv, q, q norm, k norm, cache rows, k cache, v cache, rotary
+  // positions.
+  for (int64_t d : {128, 6}) {
+    for (DataType act : kActivations) {
+      for (bool with_norm : {true, false}) {
+        OpCase c{"qk_norm_rope_cache stacked head_dim " + std::to_string(d) + " " +
+                     dtype_name(act) + (with_norm ? " qk norm" : ""),
+                 {in_out({T, Hq + 2 * Hkv, d}, act, 2.0f), out({T, Hq, d}, act),
+                  in({d}, act, 0.5f, 1.0f), in({d}, act, 0.5f, 1.0f), ints({3, 0, 49, 17}, {T}),
+                  in_out({rows, Hkv * d}, act), in_out({rows, Hkv * d}, act),
+                  ints({900, 7, 51, 30000}, {T})},
+                 [=](std::vector<Tensor>& a) {
+                   return op::qk_norm_rope_cache(a[0], a[1], with_norm ? &a[2] : nullptr,
+                                                 with_norm ? &a[3] : nullptr, 1e-6, a[4],
+                                                 op::RopeParams(1e6), a[5], a[6], &a[7]);
+                 },
+                 {1e-5, 2e-3}};
+        c.args[6].tolerance = 0.0;  // v rows are copied
+        cases.push_back(c);
       }
     }
   }

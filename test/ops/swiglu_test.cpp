@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "kuiper/op/ops.h"
 #include "ops/harness.h"
@@ -20,6 +21,26 @@ TEST(Swiglu, CpuIsSiluOfGateTimesUp) {
   }
 }
 
+// The stacked form is the separate one over each row's halves.
+TEST(Swiglu, CpuStackedIsSeparateOverTheHalves) {
+  const int64_t T = 3, N = 5;
+  Tensor gu = random_tensor({T, 2 * N}, 7, DataType::kFp32, 4.0f);
+  Tensor g = *Tensor::empty({T, N}, DataType::kFp32), u = *Tensor::empty({T, N}, DataType::kFp32);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < N; ++j) {
+      g.data<float>()[t * N + j] = gu.data<float>()[t * 2 * N + j];
+      u.data<float>()[t * N + j] = gu.data<float>()[t * 2 * N + N + j];
+    }
+  }
+  Tensor want = poisoned({T, N}, DataType::kFp32), got = poisoned({T, N}, DataType::kFp32);
+  ASSERT_OK(op::swiglu(g, u, want));
+  ASSERT_OK(op::swiglu(gu, got));
+  for (int64_t i = 0; i < T * N; ++i) EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]);
+  Tensor two_rows = g.rows(0, 2);
+  EXPECT_FALSE(op::swiglu(gu, two_rows).ok());  // the rows differ
+  EXPECT_FALSE(op::swiglu(g, u).ok());          // 2 N columns wanted, not N
+}
+
 std::vector<OpCase> swiglu_cases() {
   std::vector<OpCase> cases;
   for (int64_t n : {1, 1001, 3 * 4096}) {
@@ -27,6 +48,15 @@ std::vector<OpCase> swiglu_cases() {
       cases.push_back({"swiglu " + std::to_string(n) + " " + dtype_name(act),
                        {in({n}, act, 4.0f), in({n}, act), out({n}, act)},
                        [](std::vector<Tensor>& a) { return op::swiglu(a[0], a[1], a[2]); }});
+    }
+  }
+  // stacked gate|up rows: one row, a batch, an odd width
+  for (const auto& [T, N] : {std::pair<int64_t, int64_t>{1, 12288}, {64, 1000}, {7, 3}}) {
+    for (DataType act : kActivations) {
+      cases.push_back({"swiglu stacked [" + std::to_string(T) + "," + std::to_string(2 * N) + "] " +
+                           dtype_name(act),
+                       {in({T, 2 * N}, act, 4.0f), out({T, N}, act)},
+                       [](std::vector<Tensor>& a) { return op::swiglu(a[0], a[1]); }});
     }
   }
   return cases;

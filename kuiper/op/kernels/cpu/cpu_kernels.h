@@ -23,12 +23,16 @@ void rope(Tensor& x, const Tensor& positions, const op::RopeParams& rope);
 void mrope(Tensor& x, const Tensor& positions, const op::RopeParams& rope,
            const std::vector<int64_t>& sections);
 void swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
+void swiglu(const Tensor& gate_up, Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 void qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                         const Tensor* k_norm, double eps, const Tensor& positions,
                         const op::RopeParams& rope, Tensor& k_cache, Tensor& v_cache,
                         const Tensor& rope_positions);
+void qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                        double eps, const Tensor& positions, const op::RopeParams& rope,
+                        Tensor& k_cache, Tensor& v_cache, const Tensor& rope_positions);
 void argmax(const Tensor& logits, Tensor& out);
 void fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,

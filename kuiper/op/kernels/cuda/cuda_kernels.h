@@ -26,10 +26,14 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
                           const Tensor* k_norm, double eps, const Tensor& positions,
                           const op::RopeParams& rope, Tensor& k_cache, Tensor& v_cache,
                           const Tensor& rope_positions);
+Status qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                          double eps, const Tensor& positions, const op::RopeParams& rope,
+                          Tensor& k_cache, Tensor& v_cache, const Tensor& rope_positions);
 Status rope(Tensor& x, const Tensor& positions, const op::RopeParams& rope);
 Status mrope(Tensor& x, const Tensor& positions, const op::RopeParams& rope,
              const std::vector<int64_t>& sections);
 Status swiglu(const Tensor& gate, const Tensor& up, Tensor& out);
+Status swiglu(const Tensor& gate_up, Tensor& out);
 Status add(const Tensor& a, const Tensor& b, Tensor& out);
 Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 Status argmax(const Tensor& logits, Tensor& out);
