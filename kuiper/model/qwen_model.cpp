@@ -336,8 +336,9 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
     KUIPER_ASSIGN_OR_RETURN(w.k, Tensor::empty({cap, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(w.v, Tensor::empty({cap, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(w.gate, Tensor::empty({cap, I}, act, dev));
-    // The stacked GEMMs' outputs where the weights are stacked (the GPU; see run_layer).
-    if (!layers_.empty() && layers_.front().gate_up_proj.defined()) {
+    // The stacked GEMMs' outputs where the weights are stacked (the GPU: stack_projections; the
+    // workspaces are made before the weights load, so the device says it, not the layers).
+    if (dev != DeviceType::kCpu) {
       KUIPER_ASSIGN_OR_RETURN(w.qkv, Tensor::empty({cap, c.q_dim() + 2 * c.kv_dim()}, act, dev));
       KUIPER_ASSIGN_OR_RETURN(w.gate_up, Tensor::empty({cap, 2 * I}, act, dev));
     } else {
