@@ -1,22 +1,245 @@
-// Quantized weights on the GPU (kuiper/op/weight.h). Placeholder until the kernels land.
+// Quantized weights on the GPU (kuiper/op/weight.h):
+//
+//  - one row of x (decode): the GEMV of gemv.cuh with the format's reader (weight_readers.cuh),
+//    which dequantizes in registers as it streams the packed weights, in every fused form;
+//  - many rows: the weight is dequantized into a scratch matrix of x's dtype and multiplied by
+//    cuBLAS (matmul.cu's path for plain weights);
+//  - op::dequantize (that dequantizing kernel) and op::quantize, bit for bit the CPU reference's
+//    arithmetic (kernels/cpu/quantize.cpp): the same fp32 divisions, rint with ties to even, the
+//    fp16 rounding of the integer scales and the E4M3 rounding of base/dtype.cpp.
+#include <cmath>
+
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/cuda/gemv.cuh"
+#include "kuiper/op/kernels/cuda/weight_readers.cuh"
 
 namespace kuiper::cuda {
 
 namespace {
-Status missing(const op::Weight& w) {
-  return Status::Error("CUDA kernels for " + w.describe() + " are not built yet");
+
+// ---------------------------------------------------------------------------------------------
+// Dequantize: out[N, K] = w's values. One thread per 16-byte chunk (kVec outputs, stored 16 bytes
+// at a time) where the reader's chunks apply, else one per element.
+
+template <typename Reader, typename TO>
+__global__ void dequantize_chunks_kernel(const WeightView v, TO* __restrict__ out, int64_t N) {
+  constexpr int kVec = Reader::kVec;
+  const int64_t chunks = v.K / kVec;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * chunks) return;
+  const int64_t n = i / chunks, c = i % chunks;
+  const Reader reader(v);
+  const typename Reader::Row row = reader.row(n);
+  const uint4 raw = __ldcs(row.chunks + c);
+  const typename Reader::Meta m = reader.meta(row, c);
+  float w[kVec];
+  Reader::unscaled(raw, m, w);
+  const float s = Reader::scale(m);
+  // kVec * sizeof(TO) is a multiple of 16 for every reader and TO (kVec >= 8 for 16-bit TO).
+  constexpr int kStores = kVec * static_cast<int>(sizeof(TO)) / 16;
+  constexpr int kPerStore = 16 / static_cast<int>(sizeof(TO));
+  uint4* dst = reinterpret_cast<uint4*>(out + n * v.K + c * kVec);
+#pragma unroll
+  for (int st = 0; st < kStores; ++st) {
+    uint4 packed;
+    TO* p = reinterpret_cast<TO*>(&packed);
+#pragma unroll
+    for (int j = 0; j < kPerStore; ++j) p[j] = from_float<TO>(w[st * kPerStore + j] * s);
+    dst[st] = packed;
+  }
 }
+
+template <typename Reader, typename TO>
+__global__ void dequantize_elements_kernel(const WeightView v, TO* __restrict__ out, int64_t N) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * v.K) return;
+  const Reader reader(v);
+  out[i] = from_float<TO>(reader.at(reader.row(i / v.K), i % v.K));
+}
+
+Status dequantize_into(const op::Weight& w, Tensor& out) {
+  const WeightView v = weight_view(w);
+  const int64_t N = w.rows();
+  if (N == 0 || v.K == 0) return Status::Ok();
+  const auto visit = [&](auto&& fn) {
+    return w.quantized() ? visit_quantized_reader(w, fn) : visit_plain_reader(w, fn);
+  };
+  return visit([&](auto reader_tag) {
+    using Reader = typename decltype(reader_tag)::type;
+    return visit_float(out.dtype(), [&](auto out_tag) {
+      using TO = typename decltype(out_tag)::type;
+      constexpr int kThreads = 256;
+      if (Reader::vectorizable(v) && aligned16(out.raw())) {
+        dequantize_chunks_kernel<Reader, TO>
+            <<<blocks_for(N * (v.K / Reader::kVec), kThreads), kThreads, 0, stream()>>>(
+                v, out.data<TO>(), N);
+      } else {
+        dequantize_elements_kernel<Reader, TO>
+            <<<blocks_for(N * v.K, kThreads), kThreads, 0, stream()>>>(v, out.data<TO>(), N);
+      }
+      KUIPER_CUDA_CHECK_LAUNCH("dequantize kernel");
+      return Status::Ok();
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantize
+
+// base/dtype.cpp's float_to_fp8_e4m3, statement for statement: nearest, ties to even, saturating
+// at 448 (the hardware conversion agrees on finite values but the reference is the definition).
+__device__ uint8_t float_to_fp8_e4m3_device(float f) {
+  const uint8_t sign = signbit(f) ? 0x80u : 0x00u;
+  if (isnan(f)) return sign | 0x7fu;
+  const float a = fabsf(f);
+  if (a >= 448.0f) return sign | 0x7eu;
+  if (a < 0.015625f) return sign | static_cast<uint8_t>(rintf(a * 512.0f));
+  int e = 0;
+  const float m = frexpf(a, &e);
+  int exp = e - 1 + 7;
+  int mant = static_cast<int>(rintf((2.0f * m - 1.0f) * 8.0f));
+  if (mant == 8) {
+    mant = 0;
+    ++exp;
+  }
+  if (exp > 15 || (exp == 15 && mant == 7)) return sign | 0x7eu;
+  return sign | static_cast<uint8_t>((exp << 3) | mant);
+}
+
+constexpr int kQuantizeThreads = 256;
+
+// kFp8: one block per scale block: its amax, then its codes (the second pass reads the block from
+// L1/L2).
+template <typename TW>
+__global__ void quantize_fp8_kernel(const TW* __restrict__ w, const WeightView v, int64_t N,
+                                    uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  __shared__ float shared[kQuantizeThreads / 32];
+  const int64_t K = v.K;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * v.block_rows;
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * v.block_cols;
+  const int64_t rows = min(v.block_rows, N - n0), cols = min(v.block_cols, K - k0);
+  float amax = 0.0f;
+  for (int64_t i = threadIdx.x; i < rows * cols; i += kQuantizeThreads) {
+    amax = fmaxf(amax, fabsf(to_float(w[(n0 + i / cols) * K + k0 + i % cols])));
+  }
+  amax = block_reduce<kQuantizeThreads, true>(amax, shared);
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  if (threadIdx.x == 0) scales[blockIdx.y * v.scale_cols + blockIdx.x] = scale;
+  for (int64_t i = threadIdx.x; i < rows * cols; i += kQuantizeThreads) {
+    const int64_t at = (n0 + i / cols) * K + k0 + i % cols;
+    codes[at] = float_to_fp8_e4m3_device(to_float(w[at]) / scale);
+  }
+}
+
+// kInt8 / kInt4: one warp per group of a row; for kInt4 each lane packs column pairs into bytes.
+template <typename TW, int kBits>
+__global__ void quantize_int_kernel(const TW* __restrict__ w, const WeightView v, int64_t N,
+                                    uint8_t* __restrict__ codes, __half* __restrict__ scales,
+                                    uint8_t* __restrict__ zeros) {
+  constexpr float kQmax = kBits == 8 ? 255.0f : 15.0f;
+  const int lane = threadIdx.x % 32;
+  const int64_t item =
+      static_cast<int64_t>(blockIdx.x) * (kQuantizeThreads / 32) + threadIdx.x / 32;
+  if (item >= N * v.scale_cols) return;
+  const int64_t n = item / v.scale_cols, g = item % v.scale_cols;
+  const int64_t group = v.block_cols;
+  const TW* x = w + n * v.K + g * group;
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t k = lane; k < group; k += 32) {
+    const float f = to_float(x[k]);
+    lo = fminf(lo, f);
+    hi = fmaxf(hi, f);
+  }
+  lo = -warp_max(-lo);
+  hi = warp_max(hi);
+  __half s16 = __float2half_rn((hi - lo) / kQmax);
+  if (__half2float(s16) == 0.0f) s16 = __float2half_rn(1.0f);
+  const float s = __half2float(s16);
+  const float z = fminf(fmaxf(rintf(-lo / s), 0.0f), kQmax);
+  if (lane == 0) {
+    scales[item] = s16;
+    zeros[item] = static_cast<uint8_t>(z);
+  }
+  const auto code = [&](int64_t k) {
+    return static_cast<uint32_t>(fminf(fmaxf(rintf(to_float(x[k]) / s) + z, 0.0f), kQmax));
+  };
+  uint8_t* out = codes + n * v.row_bytes;
+  if constexpr (kBits == 8) {
+    for (int64_t k = lane; k < group; k += 32) out[g * group + k] = static_cast<uint8_t>(code(k));
+  } else {
+    for (int64_t p = lane; p < group / 2; p += 32) {
+      out[(g * group) / 2 + p] = static_cast<uint8_t>(code(2 * p) | (code(2 * p + 1) << 4));
+    }
+  }
+}
+
+Status quantize_into(const Tensor& w, op::Weight& out) {
+  const WeightView v = weight_view(out);
+  const int64_t N = out.rows();
+  if (N == 0 || v.K == 0) return Status::Ok();
+  return visit_float(w.dtype(), [&](auto tag) {
+    using TW = typename decltype(tag)::type;
+    if (out.format == op::WeightFormat::kFp8) {
+      const dim3 grid(static_cast<unsigned>(out.scales.dim(1)),
+                      static_cast<unsigned>(out.scales.dim(0)));
+      quantize_fp8_kernel<TW><<<grid, kQuantizeThreads, 0, stream()>>>(
+          w.data<TW>(), v, N, out.values.data<uint8_t>(), out.scales.data<float>());
+    } else {
+      const unsigned blocks = blocks_for(N * v.scale_cols, kQuantizeThreads / 32);
+      auto* scales = static_cast<__half*>(out.scales.raw());
+      if (out.format == op::WeightFormat::kInt8) {
+        quantize_int_kernel<TW, 8><<<blocks, kQuantizeThreads, 0, stream()>>>(
+            w.data<TW>(), v, N, out.values.data<uint8_t>(), scales, out.zeros.data<uint8_t>());
+      } else {
+        quantize_int_kernel<TW, 4><<<blocks, kQuantizeThreads, 0, stream()>>>(
+            w.data<TW>(), v, N, out.values.data<uint8_t>(), scales, out.zeros.data<uint8_t>());
+      }
+    }
+    KUIPER_CUDA_CHECK_LAUNCH("quantize kernel");
+    return Status::Ok();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Products
+
+Status quantized_gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
+                      Tensor& out) {
+  return gemv(x, w, o, out, [](const op::Weight& weight, auto&& fn) {
+    return visit_quantized_reader(weight, fn);
+  });
+}
+
 }  // namespace
 
-Status quantized_matmul(const Tensor&, const op::Weight& w, const Tensor*, Tensor&) {
-  return missing(w);
+Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out) {
+  const int64_t T = x.dim(0);
+  if (T == 0 || w.rows() == 0) return Status::Ok();
+  if (T == 1) {
+    op::LinearOptions o;
+    o.bias = bias;
+    return quantized_gemv(x, w, o, out);
+  }
+  // Many rows: dequantize to x's dtype, then the plain path (cuBLAS on tensor cores for 16-bit
+  // x). The scratch matrix comes from the caching allocator, so repeated calls reuse it.
+  KUIPER_ASSIGN_OR_RETURN(Tensor plain,
+                          Tensor::empty({w.rows(), w.cols()}, x.dtype(), DeviceType::kCuda));
+  KUIPER_RETURN_IF_ERROR(dequantize_into(w, plain));
+  return cuda::matmul(x, op::Weight(plain), bias, out);
 }
-Result<bool> quantized_linear(const Tensor&, const op::Weight& w, const op::LinearOptions&,
-                              Tensor&) {
-  return missing(w);
+
+Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
+                              const op::LinearOptions& options, Tensor& out) {
+  if (x.dim(0) == 0 || out.dim(1) == 0) return true;
+  // Many rows: the composition, whose matmuls dequantize each row range once.
+  if (x.dim(0) != 1) return false;
+  KUIPER_RETURN_IF_ERROR(quantized_gemv(x, w, options, out));
+  return true;
 }
-Status dequantize(const op::Weight& w, Tensor&) { return missing(w); }
-Status quantize(const Tensor&, op::Weight& w) { return missing(w); }
+
+Status dequantize(const op::Weight& w, Tensor& out) { return dequantize_into(w, out); }
+
+Status quantize(const Tensor& w, op::Weight& out) { return quantize_into(w, out); }
 
 }  // namespace kuiper::cuda

@@ -1,0 +1,296 @@
+// The GEMV for one row of x, shared by the plain (matmul.cu) and the quantized
+// (quantized_matmul.cu) weights: one kernel body, templated on a weight reader that turns a
+// 16-byte chunk of a weight row into weights (weight_readers.cuh), so every format keeps the same
+// load pipeline and the same fused forms.
+//
+// Decode reads every weight byte once, so the GEMV is built to keep the memory system busy from
+// the first cycle to the last:
+//  - a block of 8 warps, each warp owning two output rows: 16 16-byte streaming loads in flight
+//    per lane (8 per row) before the first multiply, the whole of a 4096-wide fp16 row pair in
+//    two round trips. (Measured on the H100, Qwen3-8B graph decode: this 126-register form, 2
+//    blocks per SM, gives 146 tok/s; 4 loads per row capped to 64 registers, 4 blocks per SM,
+//    136 tok/s, and letting the next kernel launch only after the main loop, 139-140.);
+//  - x is staged once per block in shared memory as fp32, so the inner loop reads it with 16-byte
+//    shared loads and the two rows of a warp share those reads;
+//  - the first loads are issued before griddepcontrol.wait: launched with programmatic dependent
+//    launch (PDL), the blocks start while the previous kernel finishes, and their weight loads
+//    (which depend on nothing) overlap its tail; x, the bias and the residual are read after the
+//    wait (138 -> 146 tok/s).
+// A quantized reader also loads each chunk's scale (and zero) with the chunk, so the dequantizing
+// multiply never waits on a second round trip.
+// Fused forms (op::linear): the RMSNorm of x (every block stages x times the norm weight and
+// scales the dot products by 1 / rms at the end; the normalised x is not rounded to the
+// activation type as the rmsnorm kernel would store it), SwiGLU over stacked [gate; up] rows (the
+// warp's two rows are gate row n and up row n), and a residual add into out. x is read as TX and
+// out written as TO: fp32 x (the residual stream) into 16-bit out for the norm forms, 16-bit x
+// into an fp32 residual out, whose sum then sees the product in fp32.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/cuda/tuning_log.h"
+#include "kuiper/op/kernels/cuda/weight_readers.cuh"
+#include "kuiper/op/ops.h"
+
+namespace kuiper::cuda {
+
+constexpr int kGemvWarps = 8;
+constexpr int kGemvThreads = kGemvWarps * 32;
+// kUnroll, a template argument: 16-byte loads in flight per lane and row. 8 (126 registers, 2
+// blocks per SM) everywhere, except where a launch has between one and two SM-fuls of such
+// blocks (q/k/v: 384 blocks, 264 fit at once on an H100): there the 4-load form, capped at 64
+// registers so that 4 blocks fit per SM, runs it in one wave instead of 1.45.
+
+struct GemvArgs {
+  WeightView w;
+  const void* x;
+  const void* norm;  // RMSNorm weight [K] or null
+  DataType norm_dtype;
+  float eps;
+  const void* bias;  // [rows of w] or null
+  DataType bias_dtype;
+  void* out;  // [N]; with residual it also holds the residual
+  int64_t N;  // outputs
+  int64_t K;
+  int64_t up_offset;  // swiglu: first up row (= N); 0 otherwise
+  bool w_vectorized;  // the reader's 16-byte chunks apply (WeightReader::vectorizable)
+  bool x_vectorized;
+  bool residual;
+  bool swiglu;
+};
+
+// Fills xs[0, K) with x in fp32, times the RMSNorm weight when there is one, and each warp's
+// share of sum(x^2) in sumsq[warp]; ends with a barrier. The 1 / rms factor is applied to the
+// finished dot products instead (gemv_inv_rms), so staging is one pass: x and the norm weight are
+// loaded together, and no second barrier waits for the block's sum before the main loop.
+template <typename TX>
+__device__ void stage_x(const GemvArgs& a, float* xs, float* sumsq) {
+  const TX* x = static_cast<const TX*>(a.x);
+  const int64_t K = a.K;
+  const bool norm = a.norm != nullptr;
+  float local = 0.0f;
+  if (a.x_vectorized) {
+    constexpr int kVecX = 16 / sizeof(TX);
+    float f[kVecX];
+    for (int64_t c = threadIdx.x; c < K / kVecX; c += kGemvThreads) {
+      const uint4 raw = reinterpret_cast<const uint4*>(x)[c];
+      const TX* v = reinterpret_cast<const TX*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kVecX; ++j) {
+        f[j] = to_float(v[j]);
+        local += f[j] * f[j];
+        if (norm) f[j] *= load_as_float(a.norm, a.norm_dtype, c * kVecX + j);
+      }
+#pragma unroll
+      for (int j = 0; j < kVecX; j += 4) {
+        reinterpret_cast<float4*>(xs + c * kVecX)[j / 4] = make_float4(f[j], f[j + 1], f[j + 2], f[j + 3]);
+      }
+    }
+  } else {
+    for (int64_t k = threadIdx.x; k < K; k += kGemvThreads) {
+      const float v = to_float(x[k]);
+      local += v * v;
+      xs[k] = norm ? v * load_as_float(a.norm, a.norm_dtype, k) : v;
+    }
+  }
+  if (norm) {
+    local = warp_sum(local);
+    if (threadIdx.x % 32 == 0) sumsq[threadIdx.x / 32] = local;
+  }
+  __syncthreads();
+}
+
+// 1 / sqrt(mean(x^2) + eps) from the warps' shares (the rmsnorm kernel's expression).
+__device__ __forceinline__ float gemv_inv_rms(const GemvArgs& a, const float* sumsq) {
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kGemvWarps; ++i) total += sumsq[i];
+  return 1.0f / sqrtf(total / static_cast<float>(a.K) + a.eps);
+}
+
+template <typename Reader, typename TX, typename TO, int kGemvUnroll>
+__global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
+    gemv_kernel(const GemvArgs a) {
+  extern __shared__ __align__(16) float xs[];
+  constexpr int kVec = Reader::kVec;
+  using Meta = typename Reader::Meta;
+  const Reader reader(a.w);
+  const int lane = threadIdx.x % 32;
+  const int64_t group = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  // The warp's two rows of w and whether each exists.
+  int64_t row[2];
+  bool valid[2];
+  if (a.swiglu) {
+    row[0] = group;
+    row[1] = group + a.up_offset;
+    valid[0] = valid[1] = group < a.N;
+  } else {
+    row[0] = 2 * group;
+    row[1] = 2 * group + 1;
+    valid[0] = row[0] < a.N;
+    valid[1] = row[1] < a.N;
+  }
+  const int64_t K = a.K;
+  const int64_t chunks = a.w_vectorized ? K / kVec : 0;
+  const typename Reader::Row rows[2] = {reader.row(valid[0] ? row[0] : 0),
+                                        reader.row(valid[1] ? row[1] : 0)};
+  uint4 raw[2][kGemvUnroll];
+  Meta meta[2][kGemvUnroll];
+  auto load = [&](int64_t c0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (valid[r] && c < chunks) {
+          raw[r][u] = __ldcs(rows[r].chunks + c);
+          meta[r][u] = reader.meta(rows[r], c);
+        }
+      }
+    }
+  };
+  load(lane);  // weights only: safe before the previous kernel has finished
+  grid_dependency_wait();
+  grid_launch_dependents();
+  __shared__ float sumsq[kGemvWarps];
+  stage_x<TX>(a, xs, sumsq);
+
+  float acc[2] = {0.0f, 0.0f};
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
+    if (c0 != lane) load(c0);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (valid[r] && c < chunks) acc[r] += chunk_dot<Reader>(raw[r][u], meta[r][u], xs + c * kVec);
+      }
+    }
+  }
+  if (!a.w_vectorized) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!valid[r]) continue;
+      for (int64_t k = lane; k < K; k += 32) acc[r] += reader.at(rows[r], k) * xs[k];
+    }
+  }
+  acc[0] = warp_sum(acc[0]);
+  acc[1] = warp_sum(acc[1]);
+  if (lane != 0) return;
+  if (a.norm != nullptr) {
+    const float inv = gemv_inv_rms(a, sumsq);
+    acc[0] *= inv;
+    acc[1] *= inv;
+  }
+  TO* out = static_cast<TO*>(a.out);
+  // Every intermediate is rounded to TO where the unfused ops would store it (not at all for an
+  // fp32 out: a product past fp16's range reaches an fp32 residual intact).
+  auto finish = [&](int r) {
+    float v = acc[r];
+    if (a.bias != nullptr) v += load_as_float(a.bias, a.bias_dtype, row[r]);
+    return to_float(from_float<TO>(v));
+  };
+  if (a.swiglu) {
+    if (!valid[0]) return;
+    const float g = finish(0), u = finish(1);
+    out[group] = from_float<TO>(g / (1.0f + expf(-g)) * u);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!valid[r]) continue;
+    float v = finish(r);
+    if (a.residual) v = to_float(out[row[r]]) + v;
+    out[row[r]] = from_float<TO>(v);
+  }
+}
+
+// Blocks of gemv_kernel<..., kUnroll> that fit on the current GPU at once with `smem` bytes of x:
+// an occupancy query, cached per device and size.
+template <typename Reader, typename TX, typename TO, int kUnroll>
+Result<int64_t> gemv_fit(int64_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int64_t>, int64_t> fits;
+  int device = 0;
+  KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = fits.find({device, smem});
+  if (found != fits.end()) return found->second;
+  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
+  int per_sm = 0;
+  KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, gemv_kernel<Reader, TX, TO, kUnroll>, kGemvThreads, static_cast<size_t>(smem)));
+  const int64_t fit = static_cast<int64_t>(sms) * per_sm;
+  fits.emplace(std::make_pair(device, smem), fit);
+  return fit;
+}
+
+template <typename Reader, typename TX, typename TO>
+Status launch_gemv(const GemvArgs& a) {
+  constexpr int64_t kMaxSmem = 200 * 1024;
+  const int64_t smem = a.K * static_cast<int64_t>(sizeof(float));
+  if (smem > kMaxSmem) {
+    return Status::Error("GEMV: K = " + std::to_string(a.K) + " does not fit in shared memory");
+  }
+  // Past 48 KB (static shared memory included) a kernel must opt in.
+  if (smem > 40 * 1024) {
+    KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_kernel<Reader, TX, TO, 8>>(kMaxSmem)));
+    KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_kernel<Reader, TX, TO, 4>>(kMaxSmem)));
+  }
+  const int64_t groups = a.swiglu ? a.N : (a.N + 1) / 2;
+  const int64_t blocks = (groups + kGemvWarps - 1) / kGemvWarps;
+  KUIPER_ASSIGN_OR_RETURN(const int64_t fit8, (gemv_fit<Reader, TX, TO, 8>(smem)));
+  int64_t fit4 = 0;
+  if (blocks > fit8) {
+    KUIPER_ASSIGN_OR_RETURN(fit4, (gemv_fit<Reader, TX, TO, 4>(smem)));
+  }
+  const bool one_wave_of_4 = blocks > fit8 && blocks <= fit4;
+  KUIPER_LOG_TUNING("GEMV N " + std::to_string(a.N) + " K " + std::to_string(a.K) + ": " +
+                    std::to_string(blocks) + " blocks, " + (one_wave_of_4 ? "4" : "8") +
+                    " loads in flight a row (" + std::to_string(fit8) + " blocks fit with 8)");
+  const dim3 grid(static_cast<unsigned>(blocks));
+  if (one_wave_of_4) {
+    return launch_pdl(gemv_kernel<Reader, TX, TO, 4>, grid, dim3(kGemvThreads),
+                      static_cast<size_t>(smem), "gemv kernel launch", a);
+  }
+  return launch_pdl(gemv_kernel<Reader, TX, TO, 8>, grid, dim3(kGemvThreads),
+                    static_cast<size_t>(smem), "gemv kernel launch", a);
+}
+
+// The GEMV for one row of x: out has x's type, or one of them is fp32 (the residual stream beside
+// 16-bit activations; ops.h, op::linear). visit_reader(w, fn) calls fn(TypeTag<Reader>{}) with
+// w's reader (weight_readers.cuh: visit_plain_reader or visit_quantized_reader).
+template <typename VisitReader>
+Status gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o, Tensor& out,
+            VisitReader&& visit_reader) {
+  GemvArgs a{};
+  a.w = weight_view(w);
+  a.x = x.raw();
+  a.norm = o.norm != nullptr ? o.norm->raw() : nullptr;
+  a.norm_dtype = o.norm != nullptr ? o.norm->dtype() : DataType::kFp32;
+  a.eps = static_cast<float>(o.eps);
+  a.bias = o.bias != nullptr ? o.bias->raw() : nullptr;
+  a.bias_dtype = o.bias != nullptr ? o.bias->dtype() : DataType::kFp32;
+  a.out = out.raw();
+  a.N = out.dim(1);
+  a.K = x.dim(1);
+  a.up_offset = o.swiglu ? a.N : 0;
+  a.residual = o.residual;
+  a.swiglu = o.swiglu;
+  return visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
+    using TX = typename decltype(x_tag)::type;
+    using TO = typename decltype(out_tag)::type;
+    return visit_reader(w, [&](auto reader_tag) {
+      using Reader = typename decltype(reader_tag)::type;
+      a.w_vectorized = Reader::vectorizable(a.w);
+      a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
+      return launch_gemv<Reader, TX, TO>(a);
+    });
+  });
+}
+
+}  // namespace kuiper::cuda

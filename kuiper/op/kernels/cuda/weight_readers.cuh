@@ -1,0 +1,228 @@
+// How the CUDA kernels read a weight (kuiper/op/weight.h) 16 bytes at a time: one reader per
+// format, each giving a 16-byte chunk of a row as kVec weights and the chunk's scale. The GEMV
+// (gemv.cuh) and the dequantize kernel (quantized_matmul.cu) are written once over the reader.
+//
+// A reader's interface (all __device__ but vectorizable):
+//   kVec                      weights in one 16-byte chunk
+//   Row row(n)                row n: its chunks and its scales
+//   Meta meta(row, c)         what chunk c needs besides its bytes (its scale and zero), loaded
+//                             with the chunk
+//   unscaled(raw, meta, v)    the chunk's weights before the scale: the value, the fp8 value,
+//                             or q - zero, each exact in fp32
+//   scale(meta)               the chunk's scale (1 for plain weights), so that
+//                             w = unscaled * scale, as the CPU reference forms it
+//   at(row, k)                column k's weight (for rows that do not split into chunks)
+//   vectorizable(view)        whether the chunks apply: 16-byte aligned rows, K and the scale
+//                             block's columns multiples of kVec
+// so a dot product takes one multiply by the scale per chunk, not per weight.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/weight.h"
+
+namespace kuiper::cuda {
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A weight's pointers and layout, as kernels take it by value.
+struct WeightView {
+  const void* values;
+  int64_t row_bytes;  // bytes from one row of values to the next
+  const void* scales;
+  const void* zeros;
+  int64_t scale_cols;
+  int64_t block_rows, block_cols;
+  int64_t K;
+};
+
+inline WeightView weight_view(const op::Weight& w) {
+  WeightView v{};
+  v.values = w.values.raw();
+  v.row_bytes = w.values.dim(1) * static_cast<int64_t>(dtype_size(w.values.dtype()));
+  v.scales = w.scales.defined() ? w.scales.raw() : nullptr;
+  v.zeros = w.zeros.defined() ? w.zeros.raw() : nullptr;
+  v.scale_cols = w.scales.defined() ? w.scales.dim(1) : 0;
+  v.block_rows = w.block_rows;
+  v.block_cols = w.block_cols;
+  v.K = w.cols();
+  return v;
+}
+
+// Sum of v[j] * xs[j] over a chunk; xs 16-byte aligned fp32.
+template <int kVec>
+__device__ __forceinline__ float dot_unscaled(const float (&v)[kVec], const float* xs) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVec / 4; ++i) {
+    const float4 x = reinterpret_cast<const float4*>(xs)[i];
+    s += v[4 * i] * x.x;
+    s += v[4 * i + 1] * x.y;
+    s += v[4 * i + 2] * x.z;
+    s += v[4 * i + 3] * x.w;
+  }
+  return s;
+}
+
+// Reader r's dot product of one chunk with the fp32 x values it meets.
+template <typename Reader>
+__device__ __forceinline__ float chunk_dot(uint4 raw, typename Reader::Meta m, const float* xs) {
+  float v[Reader::kVec];
+  Reader::unscaled(raw, m, v);
+  return dot_unscaled<Reader::kVec>(v, xs) * Reader::scale(m);
+}
+
+template <typename TW>
+struct PlainReader {
+  static constexpr int kVec = 16 / sizeof(TW);
+  struct Meta {};
+  struct Row {
+    const uint4* chunks;
+    const TW* w;
+  };
+  const WeightView v;
+  __device__ explicit PlainReader(const WeightView& view) : v(view) {}
+  __device__ Row row(int64_t n) const {
+    const char* p = static_cast<const char*>(v.values) + n * v.row_bytes;
+    return {reinterpret_cast<const uint4*>(p), reinterpret_cast<const TW*>(p)};
+  }
+  __device__ Meta meta(const Row&, int64_t) const { return {}; }
+  static __device__ __forceinline__ void unscaled(uint4 raw, Meta, float (&out)[kVec]) {
+    const TW* w = reinterpret_cast<const TW*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) out[j] = to_float(w[j]);
+  }
+  static __device__ __forceinline__ float scale(Meta) { return 1.0f; }
+  __device__ float at(const Row& r, int64_t k) const { return to_float(r.w[k]); }
+  static bool vectorizable(const WeightView& view) {
+    return view.K % kVec == 0 && view.row_bytes % 16 == 0 && aligned16(view.values);
+  }
+};
+
+// kFp8: 16 E4M3 codes a chunk, widened two at a time by the hardware (cvt e4m3x2 -> f16x2,
+// exact), times the block's fp32 scale.
+struct Fp8Reader {
+  static constexpr int kVec = 16;
+  using Meta = float;
+  struct Row {
+    const uint4* chunks;
+    const uint8_t* codes;
+    const float* scales;  // the row's block row of scales
+  };
+  const WeightView v;
+  const uint32_t chunks_per_block;
+  __device__ explicit Fp8Reader(const WeightView& view)
+      : v(view), chunks_per_block(static_cast<uint32_t>(view.block_cols / kVec)) {}
+  __device__ Row row(int64_t n) const {
+    const uint8_t* p = static_cast<const uint8_t*>(v.values) + n * v.row_bytes;
+    return {reinterpret_cast<const uint4*>(p), p,
+            static_cast<const float*>(v.scales) + (n / v.block_rows) * v.scale_cols};
+  }
+  __device__ Meta meta(const Row& r, int64_t c) const {
+    return __ldg(r.scales + static_cast<uint32_t>(c) / chunks_per_block);
+  }
+  static __device__ __forceinline__ void unscaled(uint4 raw, Meta, float (&out)[kVec]) {
+    const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kVec / 2; ++j) {
+      const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[j], __NV_E4M3));
+      const float2 f = __half22float2(h);
+      out[2 * j] = f.x;
+      out[2 * j + 1] = f.y;
+    }
+  }
+  static __device__ __forceinline__ float scale(Meta m) { return m; }
+  __device__ float at(const Row& r, int64_t k) const {
+    const __half h = __half(__nv_cvt_fp8_to_halfraw(r.codes[k], __NV_E4M3));
+    return __half2float(h) * r.scales[k / v.block_cols];
+  }
+  static bool vectorizable(const WeightView& view) {
+    return view.K % kVec == 0 && view.block_cols % kVec == 0 && view.row_bytes % 16 == 0 &&
+           aligned16(view.values);
+  }
+};
+
+// kInt8 / kInt4: codes with an fp16 scale and a uint8 zero per group of a row. A code q becomes
+// the float 2^23 + q by setting it under the exponent bits of 2^23 (one byte permute or mask),
+// and q - zero by subtracting 2^23 + zero: exact, with no integer-to-float conversion.
+template <int kBits>
+struct IntReader {
+  static constexpr int kVec = 128 / kBits;
+  // The group's scale (fp16 bits, low half) and zero (high half), in one register.
+  using Meta = uint32_t;
+  struct Row {
+    const uint4* chunks;
+    const uint8_t* codes;
+    const __half* scales;
+    const uint8_t* zeros;
+  };
+  const WeightView v;
+  const uint32_t chunks_per_group;
+  __device__ explicit IntReader(const WeightView& view)
+      : v(view), chunks_per_group(static_cast<uint32_t>(view.block_cols / kVec)) {}
+  __device__ Row row(int64_t n) const {
+    const uint8_t* p = static_cast<const uint8_t*>(v.values) + n * v.row_bytes;
+    return {reinterpret_cast<const uint4*>(p), p,
+            static_cast<const __half*>(v.scales) + n * v.scale_cols,
+            static_cast<const uint8_t*>(v.zeros) + n * v.scale_cols};
+  }
+  __device__ Meta meta(const Row& r, int64_t c) const {
+    const uint32_t g = static_cast<uint32_t>(c) / chunks_per_group;
+    const uint16_t s = __half_as_ushort(__ldg(r.scales + g));
+    return s | (static_cast<uint32_t>(__ldg(r.zeros + g)) << 16);
+  }
+  static __device__ __forceinline__ void unscaled(uint4 raw, Meta m, float (&out)[kVec]) {
+    const float offset = 8388608.0f + static_cast<float>(m >> 16);  // 2^23 + zero
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 32 / kBits; ++j) {
+        uint32_t bits;
+        if constexpr (kBits == 8) {
+          bits = __byte_perm(words[i], 0x4b000000u, 0x7440u + j);  // [byte j, 0, 0, 0x4b]
+        } else {
+          bits = ((words[i] >> (4 * j)) & 0xfu) | 0x4b000000u;  // even column: low nibble
+        }
+        out[i * (32 / kBits) + j] = __uint_as_float(bits) - offset;
+      }
+    }
+  }
+  static __device__ __forceinline__ float scale(Meta m) {
+    return __half2float(__ushort_as_half(static_cast<uint16_t>(m & 0xffffu)));
+  }
+  __device__ float at(const Row& r, int64_t k) const {
+    const int64_t g = k / v.block_cols;
+    const int q = kBits == 8 ? r.codes[k] : (r.codes[k / 2] >> (4 * (k % 2))) & 0xf;
+    return static_cast<float>(q - static_cast<int>(r.zeros[g])) * __half2float(r.scales[g]);
+  }
+  static bool vectorizable(const WeightView& view) {
+    return view.K % kVec == 0 && view.block_cols % kVec == 0 && view.row_bytes % 16 == 0 &&
+           aligned16(view.values);
+  }
+};
+
+// Calls fn(TypeTag<Reader>{}) with the reader of a plain weight's element type.
+template <typename Fn>
+Status visit_plain_reader(const op::Weight& w, Fn&& fn) {
+  return visit_float(w.values.dtype(), [&](auto tag) {
+    using TW = typename decltype(tag)::type;
+    return fn(TypeTag<PlainReader<TW>>{});
+  });
+}
+
+// Calls fn(TypeTag<Reader>{}) with the reader of a quantized weight's format.
+template <typename Fn>
+Status visit_quantized_reader(const op::Weight& w, Fn&& fn) {
+  switch (w.format) {
+    case op::WeightFormat::kFp8: return fn(TypeTag<Fp8Reader>{});
+    case op::WeightFormat::kInt8: return fn(TypeTag<IntReader<8>>{});
+    case op::WeightFormat::kInt4: return fn(TypeTag<IntReader<4>>{});
+    default: return Status::Error("no quantized CUDA reader for " + w.describe());
+  }
+}
+
+}  // namespace kuiper::cuda

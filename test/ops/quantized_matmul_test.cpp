@@ -1,0 +1,255 @@
+// Quantized weights (kuiper/op/weight.h): the host E4M3 conversion, the CPU quantizer's error
+// bound and the layout checks (these run without a GPU), then the CUDA kernels against the CPU
+// reference: op::quantize and op::dequantize bit for bit, and op::matmul / op::linear of every
+// format (the GEMV for one row, dequantize + cuBLAS for more) in every fused form.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kuiper/base/dtype.h"
+#include "kuiper/op/ops.h"
+#include "ops/harness.h"
+#include "support/tensors.h"
+
+namespace kuiper::test {
+namespace {
+
+using op::WeightFormat;
+
+// ---- the host conversion and the CPU quantizer ----
+
+TEST(Fp8E4m3, EveryCodeRoundTrips) {
+  for (int c = 0; c < 256; ++c) {
+    const float f = fp8_e4m3_to_float(static_cast<uint8_t>(c));
+    if ((c & 0x7f) == 0x7f) {  // the two NaN codes
+      EXPECT_TRUE(std::isnan(f)) << c;
+      continue;
+    }
+    EXPECT_EQ(float_to_fp8_e4m3(f), c) << c << " = " << f;
+  }
+}
+
+TEST(Fp8E4m3, RoundsTiesToEvenAndSaturates) {
+  EXPECT_EQ(float_to_fp8_e4m3(1.0625f), 0x38);   // 1 + 1/16: between 1 (0x38) and 1.125
+  EXPECT_EQ(float_to_fp8_e4m3(1.1875f), 0x3a);   // between 1.125 (0x39) and 1.25 (0x3a)
+  EXPECT_EQ(float_to_fp8_e4m3(1.07f), 0x39);     // past the tie
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.0f, -10)), 0x00);      // half the smallest step
+  EXPECT_EQ(float_to_fp8_e4m3(3 * std::ldexp(1.0f, -10)), 0x02);  // 1.5 steps: to 2
+  EXPECT_EQ(float_to_fp8_e4m3(-3 * std::ldexp(1.0f, -10)), 0x82);
+  EXPECT_EQ(float_to_fp8_e4m3(448.0f), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(500.0f), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(-1e9f), 0xfe);
+  EXPECT_EQ(float_to_fp8_e4m3(INFINITY), 0x7e);
+  EXPECT_EQ(fp8_e4m3_to_float(0x7e), 448.0f);
+}
+
+struct Format {
+  WeightFormat format;
+  int64_t block_rows, block_cols;  // block_cols = K: per channel
+  std::string name() const {
+    std::string s = op::weight_format_name(format);
+    if (format == WeightFormat::kFp8) {
+      return s + (block_rows == 1 ? " per channel" : " block " + std::to_string(block_rows) +
+                                                         "x" + std::to_string(block_cols));
+    }
+    return s + " group " + std::to_string(block_cols);
+  }
+};
+
+Result<op::Weight> quantized(const Tensor& w, const Format& f) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const int64_t cols = f.block_cols == 0 ? K : f.block_cols;
+  KUIPER_ASSIGN_OR_RETURN(op::Weight q,
+                          op::empty_weight(f.format, N, K, f.block_rows, cols, w.device()));
+  KUIPER_RETURN_IF_ERROR(op::quantize(w, q));
+  return q;
+}
+
+// block_cols 0: the whole row (per-channel FP8).
+const Format kFormats[] = {{WeightFormat::kFp8, 128, 128}, {WeightFormat::kFp8, 1, 0},
+                           {WeightFormat::kInt8, 1, 32},   {WeightFormat::kInt8, 1, 128},
+                           {WeightFormat::kInt4, 1, 32},   {WeightFormat::kInt4, 1, 128}};
+
+TEST(Quantize, CpuRoundTripStaysWithinTheStatedBound) {
+  const int64_t N = 200, K = 256;  // N: a partial 128-row FP8 block
+  const Tensor w = random_tensor({N, K}, 7, DataType::kFp32, 0.3f);
+  for (const Format& f : kFormats) {
+    auto q = quantized(w, f);
+    ASSERT_OK(q.status());
+    ASSERT_OK(op::check_weight(*q));
+    Tensor back = poisoned({N, K}, DataType::kFp32);
+    ASSERT_OK(op::dequantize(*q, back));
+    const float* a = w.data<float>();
+    const float* b = back.data<float>();
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) {
+        double bound;
+        if (f.format == WeightFormat::kFp8) {
+          const float s = q->scales.data<float>()[(n / q->block_rows) * q->scales.dim(1) +
+                                                   k / q->block_cols];
+          bound = std::max(std::fabs(a[n * K + k]) * 0.0625, s * std::ldexp(1.0, -10));
+        } else {
+          bound = fp16_to_float(q->scales.data<uint16_t>()[n * q->scales.dim(1) + k / q->block_cols]);
+        }
+        ASSERT_LE(std::fabs(b[n * K + k] - a[n * K + k]), bound * (1 + 1e-6))
+            << f.name() << " at " << n << ", " << k;
+      }
+    }
+  }
+}
+
+TEST(Quantize, LayoutsRefuseShapesTheyCannotHold) {
+  const auto refused = [](const Result<op::Weight>& w, const std::string& words) {
+    ASSERT_FALSE(w.ok());
+    EXPECT_NE(w.status().message().find(words), std::string::npos) << w.status().message();
+  };
+  refused(op::empty_weight(WeightFormat::kInt4, 4, 62, 1, 31, DeviceType::kCpu), "even");
+  refused(op::empty_weight(WeightFormat::kInt8, 4, 64, 1, 48, DeviceType::kCpu), "divide");
+  refused(op::empty_weight(WeightFormat::kInt8, 4, 64, 2, 32, DeviceType::kCpu), "one row");
+  refused(op::empty_weight(WeightFormat::kPlain, 4, 64, 1, 32, DeviceType::kCpu), "cannot");
+  auto w = op::empty_weight(WeightFormat::kInt8, 4, 64, 1, 32, DeviceType::kCpu);
+  ASSERT_OK(w.status());
+  op::Weight bad = *w;
+  bad.scales = Tensor::empty({4, 3}, DataType::kFp16, DeviceType::kCpu).value();
+  Status s = op::check_weight(bad);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("scales must be fp16 [4, 2]"), std::string::npos) << s.message();
+  bad = *w;
+  bad.zeros = Tensor();
+  EXPECT_FALSE(op::check_weight(bad).ok());
+  auto fp8 = op::empty_weight(WeightFormat::kFp8, 200, 300, 128, 128, DeviceType::kCpu);
+  ASSERT_OK(fp8.status());
+  EXPECT_EQ(fp8->scales.dim(0), 2);  // partial edge blocks
+  EXPECT_EQ(fp8->scales.dim(1), 3);
+}
+
+// ---- CUDA against the CPU ----
+
+std::vector<uint8_t> host_bytes(const Tensor& t) {
+  Tensor h = t.to(DeviceType::kCpu).value();
+  const auto* p = static_cast<const uint8_t*>(h.raw());
+  return std::vector<uint8_t>(p, p + h.nbytes());
+}
+
+TEST(Quantize, CudaMatchesCpuBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  // 200 x 320: partial FP8 blocks both ways; 320 columns take groups of 32, not 128.
+  const int64_t N = 200;
+  for (const Format& f : kFormats) {
+    const int64_t K = f.block_cols == 128 && f.format != WeightFormat::kFp8 ? 384 : 320;
+    for (DataType dt : kFloatTypes) {
+      const Tensor host = random_tensor({N, K}, 11, dt, 0.7f);
+      const Tensor cpu_w = upload(host, dt, DeviceType::kCpu);
+      const Tensor gpu_w = upload(host, dt, DeviceType::kCuda);
+      auto qc = quantized(cpu_w, f);
+      auto qg = quantized(gpu_w, f);
+      ASSERT_OK(qc.status());
+      ASSERT_OK(qg.status());
+      const std::string what = f.name() + " from " + dtype_name(dt);
+      EXPECT_EQ(host_bytes(qc->values), host_bytes(qg->values)) << what;
+      EXPECT_EQ(host_bytes(qc->scales), host_bytes(qg->scales)) << what;
+      if (qc->zeros.defined()) EXPECT_EQ(host_bytes(qc->zeros), host_bytes(qg->zeros)) << what;
+      for (DataType out : kFloatTypes) {
+        Tensor dc = poisoned({N, K}, out), dg = poisoned({N, K}, out, DeviceType::kCuda);
+        ASSERT_OK(op::dequantize(*qc, dc));
+        ASSERT_OK(op::dequantize(*qg, dg));
+        EXPECT_EQ(host_bytes(dc), host_bytes(dg)) << what << " dequantized to " << dtype_name(out);
+      }
+    }
+  }
+}
+
+// The rows of a stacked weight (q|k|v) multiply as the rows of the whole.
+TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t K = 256, N = 3 * 128;
+  for (const Format& f : kFormats) {
+    for (int64_t T : {1, 5}) {
+      const Tensor x = upload(random_tensor({T, K}, 3), DataType::kFp32, DeviceType::kCuda);
+      const Tensor w = upload(random_tensor({N, K}, 4, DataType::kFp32, 0.1f), DataType::kFp32,
+                              DeviceType::kCuda);
+      auto q = quantized(w, f);
+      ASSERT_OK(q.status());
+      Tensor whole = poisoned({T, N}, DataType::kFp32, DeviceType::kCuda);
+      ASSERT_OK(op::matmul(x, *q, nullptr, whole));
+      const std::vector<float> all = host_floats(whole);
+      for (int64_t part = 0; part < 3; ++part) {
+        Tensor rows = poisoned({T, 128}, DataType::kFp32, DeviceType::kCuda);
+        ASSERT_OK(op::matmul(x, q->rows(part * 128, 128), nullptr, rows));
+        const std::vector<float> got = host_floats(rows);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t n = 0; n < 128; ++n) {
+            ASSERT_NEAR(got[t * 128 + n], all[t * N + part * 128 + n], 1e-4)
+                << f.name() << " T " << T << " part " << part << " row " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// op::matmul and op::linear of a quantized weight on every backend against the CPU. Each case
+// quantizes its fp32 weight argument on its own device (op::quantize is bit-exact across them, as
+// CudaMatchesCpuBitForBit checks), so both sides multiply by the same codes. Arguments: x, w
+// (fp32, quantized in the case), bias, norm weight, out.
+std::vector<OpCase> quantized_cases() {
+  struct Shape {
+    int64_t K, N;
+  };
+  std::vector<OpCase> cases;
+  for (const Format& f : kFormats) {
+    // FP8: partial blocks both ways, and a K that is no multiple of 16 (the scalar reader).
+    // Integers: K a multiple of the group, and 512 columns of int4 x 32 (every chunk a group).
+    std::vector<Shape> shapes;
+    if (f.format == WeightFormat::kFp8) {
+      shapes = {{320, 200}, {200, 72}};
+    } else {
+      shapes = {{f.block_cols == 128 ? int64_t{384} : int64_t{320}, 100}, {1024, 64}};
+    }
+    for (const Shape& s : shapes) {
+      for (DataType act : kActivations) {
+        for (int64_t T : {1, 3, 16, 17, 70}) {
+          if (s.K == 1024 && T > 3) continue;  // the wide shape: the GEMV's loop, briefly
+          for (int form = 0; form < 5; ++form) {  // matmul, +bias, norm, norm swiglu, residual
+            const bool swiglu = form == 3, residual = form == 4, norm = form == 2 || swiglu;
+            const bool bias = form == 1;
+            const int64_t rows = swiglu ? 2 * s.N : s.N;
+            // fp32 logits from 16-bit x for the plain product.
+            const DataType out_dtype = form == 0 ? DataType::kFp32 : act;
+            const std::string name =
+                std::string(form == 0 ? "matmul" : "linear") + " " + f.name() + " T" +
+                std::to_string(T) + " K" + std::to_string(s.K) + " N" + std::to_string(s.N) +
+                " x=" + dtype_name(act) + " out=" + dtype_name(out_dtype) +
+                (bias ? " +bias" : "") + (norm ? " norm" : "") + (swiglu ? " swiglu" : "") +
+                (residual ? " residual" : "");
+            const Format fmt = f;
+            cases.push_back(
+                {name,
+                 {in({T, s.K}, act, 2.0f),
+                  in({rows, s.K}, DataType::kFp32, 1.0f / std::sqrt(static_cast<float>(s.K))),
+                  in({rows}, DataType::kFp32, 0.5f), in({s.K}, DataType::kFp32, 0.5f, 1.0f),
+                  residual ? in_out({T, s.N}, out_dtype) : out({T, s.N}, out_dtype)},
+                 [=](std::vector<Tensor>& a) -> Status {
+                   KUIPER_ASSIGN_OR_RETURN(op::Weight q, quantized(a[1], fmt));
+                   op::LinearOptions o;
+                   o.norm = norm ? &a[3] : nullptr;
+                   o.bias = bias ? &a[2] : nullptr;
+                   o.swiglu = swiglu;
+                   o.residual = residual;
+                   if (form == 0) return op::matmul(a[0], q, nullptr, a[4]);
+                   return op::linear(a[0], q, o, a[4]);
+                 },
+                 {1e-4, 4e-3, 3.2e-2}});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+KUIPER_OP_BACKEND_TEST(QuantizedMatmul, quantized_cases)
+
+}  // namespace
+}  // namespace kuiper::test
