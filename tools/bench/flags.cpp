@@ -6,6 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kuiper/op/ops.h"
+
+DEFINE_string(quantize, "",
+              "quantize the random (--config) weights: fp8 (E4M3, 128x128 block scales), int8 "
+              "or int4 (a scale and zero per --group columns of a row); empty: plain");
+DEFINE_int32(group, 128, "--quantize int8/int4: columns per scale group");
 DEFINE_string(config, "", "Hugging Face config.json: benchmark that shape with random weights");
 DEFINE_string(model, "", "Kuiper model file (.bin) to benchmark instead of --config");
 DEFINE_string(dtype, "auto",
@@ -164,6 +170,28 @@ Result<DataType> read_config_dtype() {
   }
   return Status::Error("--config: " + FLAGS_config +
                        " names no torch_dtype for --dtype auto to follow: give --dtype");
+}
+
+Result<op::WeightFormat> quantize_format() {
+  if (FLAGS_quantize.empty()) return op::WeightFormat::kPlain;
+  KUIPER_ASSIGN_OR_RETURN(const op::WeightFormat f, op::parse_weight_format(FLAGS_quantize));
+  if (f == op::WeightFormat::kPlain) return Status::Error("--quantize plain: leave it unset");
+  return f;
+}
+
+QuantizeBlock quantize_block(op::WeightFormat format) {
+  if (format == op::WeightFormat::kFp8) return {128, 128};
+  return {1, FLAGS_group};
+}
+
+Result<op::Weight> quantize_weight(const Tensor& plain) {
+  KUIPER_ASSIGN_OR_RETURN(const op::WeightFormat f, quantize_format());
+  if (f == op::WeightFormat::kPlain) return op::Weight(plain);
+  const QuantizeBlock b = quantize_block(f);
+  KUIPER_ASSIGN_OR_RETURN(op::Weight w, op::empty_weight(f, plain.dim(0), plain.dim(1), b.rows,
+                                                         b.cols, plain.device()));
+  KUIPER_RETURN_IF_ERROR(op::quantize(plain, w));
+  return w;
 }
 
 }  // namespace kuiper::bench

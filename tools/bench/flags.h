@@ -12,6 +12,7 @@
 #include "kuiper/base/status.h"
 #include "kuiper/model/config.h"
 #include "kuiper/op/attention_kind.h"
+#include "kuiper/op/weight.h"
 
 DECLARE_string(config);
 DECLARE_string(model);
@@ -55,6 +56,8 @@ DECLARE_int32(shared_prefix);
 DECLARE_int64(max_batch_tokens);
 DECLARE_bool(warmup);
 DECLARE_uint64(seed);
+DECLARE_string(quantize);
+DECLARE_int32(group);
 
 namespace kuiper::bench {
 
@@ -66,5 +69,16 @@ Result<std::vector<int64_t>> split_lengths(const std::string& flag, const std::s
 Result<ModelConfig> read_config();
 // The dtype --config says the checkpoint is stored in ("dtype" or "torch_dtype").
 Result<DataType> read_config_dtype();
+
+// --quantize as a weight format: kPlain when unset, else fp8, int8 or int4.
+Result<op::WeightFormat> quantize_format();
+// The scale block --quantize makes (op::empty_weight's block_rows x block_cols): FP8 128 x 128
+// (FineGrainedFP8's block), the integer formats 1 x --group.
+struct QuantizeBlock {
+  int64_t rows, cols;
+};
+QuantizeBlock quantize_block(op::WeightFormat format);
+// `plain` [N, K] quantized per --quantize (a copy in the plain dtype when unset), on its device.
+Result<op::Weight> quantize_weight(const Tensor& plain);
 
 }  // namespace kuiper::bench

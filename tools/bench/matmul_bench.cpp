@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kuiper/op/ops.h"
+#include "kuiper/op/weight.h"
 #include "tools/bench/flags.h"
 #include "tools/bench/timing.h"
 
@@ -24,18 +25,36 @@ Result<json> bench_matmul(DataType activation, double copy_gbs) {
                           {"gate+up (stacked)", 2 * c.intermediate_size, c.hidden_size},
                           {"down_proj", c.hidden_size, c.intermediate_size},
                           {"lm_head", c.vocab_size, c.hidden_size}};
-  const size_t elem = kuiper::dtype_size(activation);
+  KUIPER_ASSIGN_OR_RETURN(const op::WeightFormat format, quantize_format());
   json rows = json::array();
   for (const Shape& s : shapes) {
-    const double bytes = static_cast<double>(s.N) * s.K * elem;
-    const int copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / bytes)));
-    std::vector<Tensor> weights;
+    KUIPER_ASSIGN_OR_RETURN(Tensor plain, Tensor::empty({s.N, s.K}, activation, DeviceType::kCuda));
+    std::vector<op::Weight> weights;
+    double bytes = 0.0;  // of one copy: values, scales and zeros
+    int copies = 1;
     for (int i = 0; i < copies; ++i) {
-      KUIPER_ASSIGN_OR_RETURN(Tensor w, Tensor::empty({s.N, s.K}, activation, DeviceType::kCuda));
-      KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(w, 10 + i, 0.02f, 0.0f));
+      KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(plain, 10 + i, 0.02f, 0.0f));
+      KUIPER_ASSIGN_OR_RETURN(op::Weight w, quantize_weight(plain));
+      if (i == 0) {
+        bytes = static_cast<double>(w.nbytes());
+        copies = static_cast<int>(std::max(1.0, std::ceil(512e6 / bytes)));
+      }
       weights.push_back(w);
     }
-    json row{{"shape", s.name}, {"N", s.N}, {"K", s.K}};
+    json row{{"shape", s.name}, {"N", s.N}, {"K", s.K}, {"weight", weights[0].describe()}};
+    if (format != op::WeightFormat::kPlain) {
+      // op::quantize (how random quantized models are made) and op::dequantize (the many-row
+      // path's first step, into the activation dtype), each on the whole matrix.
+      KUIPER_ASSIGN_OR_RETURN(double q_s, time_on_stream([&](int) {
+                                return kuiper::op::quantize(plain, weights[0]);
+                              }));
+      KUIPER_ASSIGN_OR_RETURN(double dq_s, time_on_stream([&](int i) {
+                                return kuiper::op::dequantize(weights[i % copies], plain);
+                              }));
+      row["quantize_us"] = q_s * 1e6;
+      row["dequantize_us"] = dq_s * 1e6;
+    }
+    plain = Tensor();
     for (int64_t T : {int64_t{1}, static_cast<int64_t>(FLAGS_prompt)}) {
       KUIPER_ASSIGN_OR_RETURN(Tensor x, Tensor::empty({T, s.K}, activation, DeviceType::kCuda));
       KUIPER_ASSIGN_OR_RETURN(Tensor out, Tensor::empty({T, s.N}, activation, DeviceType::kCuda));
