@@ -63,15 +63,18 @@ struct GemvArgs {
   bool swiglu;
 };
 
-// Fills xs[0, K) with x in fp32, times the RMSNorm weight when there is one, and each warp's
+// Fills xs with x in fp32 (laid out per XsLayout<kVec> when `swizzled`, the main loop's chunks;
+// in order for the scalar loop), times the RMSNorm weight when there is one, and each warp's
 // share of sum(x^2) in sumsq[warp]; ends with a barrier. The 1 / rms factor is applied to the
 // finished dot products instead (gemv_inv_rms), so staging is one pass: x and the norm weight are
 // loaded together, and no second barrier waits for the block's sum before the main loop.
-template <typename TX>
-__device__ void stage_x(const GemvArgs& a, float* xs, float* sumsq) {
+template <typename TX, int kVec>
+__device__ void stage_x(const GemvArgs& a, bool swizzled, float* xs, float* sumsq) {
+  using Layout = XsLayout<kVec>;
   const TX* x = static_cast<const TX*>(a.x);
   const int64_t K = a.K;
   const bool norm = a.norm != nullptr;
+  float4* pieces = reinterpret_cast<float4*>(xs);
   float local = 0.0f;
   if (a.x_vectorized) {
     constexpr int kVecX = 16 / sizeof(TX);
@@ -87,14 +90,17 @@ __device__ void stage_x(const GemvArgs& a, float* xs, float* sumsq) {
       }
 #pragma unroll
       for (int j = 0; j < kVecX; j += 4) {
-        reinterpret_cast<float4*>(xs + c * kVecX)[j / 4] = make_float4(f[j], f[j + 1], f[j + 2], f[j + 3]);
+        const int64_t piece = c * (kVecX / 4) + j / 4;
+        pieces[swizzled ? Layout::piece(piece) : piece] =
+            make_float4(f[j], f[j + 1], f[j + 2], f[j + 3]);
       }
     }
   } else {
     for (int64_t k = threadIdx.x; k < K; k += kGemvThreads) {
       const float v = to_float(x[k]);
       local += v * v;
-      xs[k] = norm ? v * load_as_float(a.norm, a.norm_dtype, k) : v;
+      const int64_t at = swizzled ? Layout::piece(k / 4) * 4 + k % 4 : k;
+      xs[at] = norm ? v * load_as_float(a.norm, a.norm_dtype, k) : v;
     }
   }
   if (norm) {
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
   grid_dependency_wait();
   grid_launch_dependents();
   __shared__ float sumsq[kGemvWarps];
-  stage_x<TX>(a, xs, sumsq);
+  stage_x<TX, kVec>(a, a.w_vectorized, xs, sumsq);
 
   float acc[2] = {0.0f, 0.0f};
   for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
@@ -167,7 +173,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t c = c0 + 32 * u;
-        if (valid[r] && c < chunks) acc[r] += chunk_dot<Reader>(raw[r][u], meta[r][u], xs + c * kVec);
+        if (valid[r] && c < chunks) acc[r] += chunk_dot<Reader>(raw[r][u], meta[r][u], xs, c);
       }
     }
   }

@@ -1,7 +1,8 @@
 // Quantized weights on the GPU (kuiper/op/weight.h):
 //
-//  - one row of x (decode): the GEMV of gemv.cuh with the format's reader (weight_readers.cuh),
-//    which dequantizes in registers as it streams the packed weights, in every fused form;
+//  - one row of x (decode), and up to kRowwiseGemvMax rows one at a time: the GEMV of gemv.cuh
+//    with the format's reader (weight_readers.cuh), which dequantizes in registers as it streams
+//    the packed weights, in every fused form;
 //  - many rows: the weight is dequantized into a scratch matrix of x's dtype and multiplied by
 //    cuBLAS (matmul.cu's path for plain weights);
 //  - op::dequantize (that dequantizing kernel) and op::quantize, bit for bit the CPU reference's
@@ -204,11 +205,22 @@ Status quantize_into(const Tensor& w, op::Weight& out) {
 // ---------------------------------------------------------------------------------------------
 // Products
 
+// Up to this many rows of x, one GEMV per row (the packed weights read once a row, in every fused
+// form) beats dequantizing the whole matrix and one GEMM: the dequantization alone costs about
+// 1.5 FP8 GEMVs. Measured on the H100 (kuiper-bench --matmul-only --quantize F: rowwise_us
+// against dequantize_us plus the plain GEMM's small_batch_us), Qwen3-8B shapes: see the
+// CROSSOVER note below.
+constexpr int64_t kRowwiseGemvMax = 4;
+
 Status quantized_gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
                       Tensor& out) {
-  return gemv(x, w, o, out, [](const op::Weight& weight, auto&& fn) {
-    return visit_quantized_reader(weight, fn);
-  });
+  for (int64_t t = 0; t < x.dim(0); ++t) {
+    Tensor x_row = x.rows(t, 1), out_row = out.rows(t, 1);
+    KUIPER_RETURN_IF_ERROR(gemv(x_row, w, o, out_row, [](const op::Weight& weight, auto&& fn) {
+      return visit_quantized_reader(weight, fn);
+    }));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -216,7 +228,7 @@ Status quantized_gemv(const Tensor& x, const op::Weight& w, const op::LinearOpti
 Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out) {
   const int64_t T = x.dim(0);
   if (T == 0 || w.rows() == 0) return Status::Ok();
-  if (T == 1) {
+  if (T <= kRowwiseGemvMax) {
     op::LinearOptions o;
     o.bias = bias;
     return quantized_gemv(x, w, o, out);
@@ -233,7 +245,7 @@ Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
                               const op::LinearOptions& options, Tensor& out) {
   if (x.dim(0) == 0 || out.dim(1) == 0) return true;
   // Many rows: the composition, whose matmuls dequantize each row range once.
-  if (x.dim(0) != 1) return false;
+  if (x.dim(0) > kRowwiseGemvMax) return false;
   KUIPER_RETURN_IF_ERROR(quantized_gemv(x, w, options, out));
   return true;
 }
