@@ -144,8 +144,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
   const int64_t chunks = a.w_vectorized ? K / kVec : 0;
   const typename Reader::Row rows[2] = {reader.row(valid[0] ? row[0] : 0),
                                         reader.row(valid[1] ? row[1] : 0)};
-  uint4 raw[2][kGemvUnroll];
-  Meta meta[2][kGemvUnroll];
+  uint4 raw[2][kGemvUnroll] = {};
+  Meta meta[2][kGemvUnroll] = {};
   auto load = [&](int64_t c0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -169,12 +169,14 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
   for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
     if (c0 != lane) load(c0);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        const int64_t c = c0 + 32 * u;
-        if (valid[r] && c < chunks) acc[r] += chunk_dot<Reader>(raw[r][u], meta[r][u], xs, c);
-      }
+    for (int u = 0; u < kGemvUnroll; ++u) {
+      const int64_t c = c0 + 32 * u;
+      if (c >= chunks) continue;
+      // A missing second row multiplies zeros (raw's initial value) into a sum never stored.
+      float part[2];
+      chunk_dot2<Reader>(raw[0][u], meta[0][u], raw[1][u], meta[1][u], xs, c, part);
+      acc[0] += part[0];
+      acc[1] += part[1];
     }
   }
   if (!a.w_vectorized) {

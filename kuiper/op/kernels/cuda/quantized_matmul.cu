@@ -35,7 +35,7 @@ __global__ void dequantize_chunks_kernel(const WeightView v, TO* __restrict__ ou
   const uint4 raw = __ldcs(row.chunks + c);
   const typename Reader::Meta m = reader.meta(row, c);
   float w[kVec];
-  Reader::unscaled(raw, m, w);
+  unscaled<Reader>(raw, m, w);
   const float s = Reader::scale(m);
   // kVec * sizeof(TO) is a multiple of 16 for every reader and TO (kVec >= 8 for 16-bit TO).
   constexpr int kStores = kVec * static_cast<int>(sizeof(TO)) / 16;

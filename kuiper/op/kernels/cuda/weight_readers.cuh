@@ -7,8 +7,9 @@
 //   Row row(n)                row n: its chunks and its scales
 //   Meta meta(row, c)         what chunk c needs besides its bytes (its scale and zero), loaded
 //                             with the chunk
-//   unscaled(raw, meta, v)    the chunk's weights before the scale: the value, the fp8 value,
-//                             or q - zero, each exact in fp32
+//   piece(raw, meta, p, v)    weights 4p .. 4p + 3 of the chunk before the scale: the value,
+//                             the fp8 value, or q - zero, each exact in fp32 (p a constant
+//                             once unrolled; the GEMV meets x 16 bytes, 4 weights, at a time)
 //   scale(meta)               the chunk's scale (1 for plain weights), so that
 //                             w = unscaled * scale, as the CPU reference forms it
 //   at(row, k)                column k's weight (for rows that do not split into chunks)
@@ -73,27 +74,68 @@ struct XsLayout {
   }
 };
 
-// Reader r's dot product of chunk c with x (staged per XsLayout<kVec>).
+// The chunk's kVec weights before the scale.
 template <typename Reader>
-__device__ __forceinline__ float chunk_dot(uint4 raw, typename Reader::Meta m, const float* xs,
-                                           int64_t c) {
-  constexpr int kVec = Reader::kVec;
-  using Layout = XsLayout<kVec>;
-  float v[kVec];
-  Reader::unscaled(raw, m, v);
+__device__ __forceinline__ void unscaled(uint4 raw, typename Reader::Meta m,
+                                         float (&out)[Reader::kVec]) {
+#pragma unroll
+  for (int p = 0; p < Reader::kVec / 4; ++p) {
+    float v[4];
+    Reader::piece(raw, m, p, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) out[4 * p + j] = v[j];
+  }
+}
+
+// Chunk c of two weight rows (a warp's pair) times x (staged per XsLayout<kVec>) into out[0, 1]:
+// each 16 bytes of x is read from shared memory once for both rows, and each row's weights are
+// widened 4 at a time as they are used.
+template <typename Reader>
+__device__ __forceinline__ void chunk_dot2(uint4 raw0, typename Reader::Meta m0, uint4 raw1,
+                                           typename Reader::Meta m1, const float* xs, int64_t c,
+                                           float (&out)[2]) {
+  using Layout = XsLayout<Reader::kVec>;
   const float4* pieces = reinterpret_cast<const float4*>(xs) + c * Layout::kPieces;
   const int sw = Layout::swizzle(c);
-  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains: fewer dependent adds in a row
+  float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // two chains a row: fewer dependent adds
 #pragma unroll
   for (int p = 0; p < Layout::kPieces; ++p) {
     const float4 x = pieces[p ^ sw];
-    s[0] += v[4 * p] * x.x;
-    s[1] += v[4 * p + 1] * x.y;
-    s[2] += v[4 * p + 2] * x.z;
-    s[3] += v[4 * p + 3] * x.w;
+    float v[2][4];
+    Reader::piece(raw0, m0, p, v[0]);
+    Reader::piece(raw1, m1, p, v[1]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      s[r][0] += v[r][0] * x.x;
+      s[r][1] += v[r][1] * x.y;
+      s[r][0] += v[r][2] * x.z;
+      s[r][1] += v[r][3] * x.w;
+    }
   }
-  return ((s[0] + s[1]) + (s[2] + s[3])) * Reader::scale(m);
+  out[0] = (s[0][0] + s[0][1]) * Reader::scale(m0);
+  out[1] = (s[1][0] + s[1][1]) * Reader::scale(m1);
 }
+
+// Word i (bytes 4i .. 4i + 3) of a chunk.
+__device__ __forceinline__ uint32_t chunk_word(const uint4& raw, int i) {
+  return i == 0 ? raw.x : i == 1 ? raw.y : i == 2 ? raw.z : raw.w;
+}
+
+// Chunk c's scale index within its row of scales: c / chunks_per_block, a shift when that is a
+// power of two (every block and group size in use) instead of a division per chunk.
+struct ChunkBlocks {
+  uint32_t per_block, shift;
+  bool pow2;
+  __device__ explicit ChunkBlocks(int64_t chunks_per_block)
+      : per_block(static_cast<uint32_t>(chunks_per_block)), shift(0),
+        pow2((chunks_per_block & (chunks_per_block - 1)) == 0) {
+    while ((uint32_t{1} << shift) < per_block) ++shift;
+  }
+  __device__ __forceinline__ uint32_t of(int64_t c) const {
+    const uint32_t cc = static_cast<uint32_t>(c);
+    return pow2 ? cc >> shift : cc / per_block;
+  }
+};
 
 template <typename TW>
 struct PlainReader {
@@ -110,10 +152,10 @@ struct PlainReader {
     return {reinterpret_cast<const uint4*>(p), reinterpret_cast<const TW*>(p)};
   }
   __device__ Meta meta(const Row&, int64_t) const { return {}; }
-  static __device__ __forceinline__ void unscaled(uint4 raw, Meta, float (&out)[kVec]) {
+  static __device__ __forceinline__ void piece(uint4 raw, Meta, int p, float (&v)[4]) {
     const TW* w = reinterpret_cast<const TW*>(&raw);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) out[j] = to_float(w[j]);
+    for (int j = 0; j < 4; ++j) v[j] = to_float(w[4 * p + j]);
   }
   static __device__ __forceinline__ float scale(Meta) { return 1.0f; }
   __device__ float at(const Row& r, int64_t k) const { return to_float(r.w[k]); }
@@ -133,26 +175,27 @@ struct Fp8Reader {
     const float* scales;  // the row's block row of scales
   };
   const WeightView v;
-  const uint32_t chunks_per_block;
+  const ChunkBlocks blocks;
   __device__ explicit Fp8Reader(const WeightView& view)
-      : v(view), chunks_per_block(static_cast<uint32_t>(view.block_cols / kVec)) {}
+      : v(view), blocks(view.block_cols / kVec) {}
   __device__ Row row(int64_t n) const {
     const uint8_t* p = static_cast<const uint8_t*>(v.values) + n * v.row_bytes;
     return {reinterpret_cast<const uint4*>(p), p,
             static_cast<const float*>(v.scales) + (n / v.block_rows) * v.scale_cols};
   }
   __device__ Meta meta(const Row& r, int64_t c) const {
-    return __ldg(r.scales + static_cast<uint32_t>(c) / chunks_per_block);
+    return __ldg(r.scales + blocks.of(c));
   }
-  static __device__ __forceinline__ void unscaled(uint4 raw, Meta, float (&out)[kVec]) {
-    const uint16_t* pairs = reinterpret_cast<const uint16_t*>(&raw);
-#pragma unroll
-    for (int j = 0; j < kVec / 2; ++j) {
-      const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pairs[j], __NV_E4M3));
-      const float2 f = __half22float2(h);
-      out[2 * j] = f.x;
-      out[2 * j + 1] = f.y;
-    }
+  static __device__ __forceinline__ void piece(uint4 raw, Meta, int p, float (&v)[4]) {
+    const uint32_t w = chunk_word(raw, p);
+    const float2 lo = __half22float2(__half2(
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3)));
+    const float2 hi = __half22float2(__half2(
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3)));
+    v[0] = lo.x;
+    v[1] = lo.y;
+    v[2] = hi.x;
+    v[3] = hi.y;
   }
   static __device__ __forceinline__ float scale(Meta m) { return m; }
   __device__ float at(const Row& r, int64_t k) const {
@@ -180,9 +223,9 @@ struct IntReader {
     const uint8_t* zeros;
   };
   const WeightView v;
-  const uint32_t chunks_per_group;
+  const ChunkBlocks groups;
   __device__ explicit IntReader(const WeightView& view)
-      : v(view), chunks_per_group(static_cast<uint32_t>(view.block_cols / kVec)) {}
+      : v(view), groups(view.block_cols / kVec) {}
   __device__ Row row(int64_t n) const {
     const uint8_t* p = static_cast<const uint8_t*>(v.values) + n * v.row_bytes;
     return {reinterpret_cast<const uint4*>(p), p,
@@ -190,25 +233,22 @@ struct IntReader {
             static_cast<const uint8_t*>(v.zeros) + n * v.scale_cols};
   }
   __device__ Meta meta(const Row& r, int64_t c) const {
-    const uint32_t g = static_cast<uint32_t>(c) / chunks_per_group;
+    const uint32_t g = groups.of(c);
     const uint16_t s = __half_as_ushort(__ldg(r.scales + g));
     return s | (static_cast<uint32_t>(__ldg(r.zeros + g)) << 16);
   }
-  static __device__ __forceinline__ void unscaled(uint4 raw, Meta m, float (&out)[kVec]) {
+  static __device__ __forceinline__ void piece(uint4 raw, Meta m, int p, float (&v)[4]) {
     const float offset = 8388608.0f + static_cast<float>(m >> 16);  // 2^23 + zero
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int j = 0; j < 32 / kBits; ++j) {
-        uint32_t bits;
-        if constexpr (kBits == 8) {
-          bits = __byte_perm(words[i], 0x4b000000u, 0x7440u + j);  // [byte j, 0, 0, 0x4b]
-        } else {
-          bits = ((words[i] >> (4 * j)) & 0xfu) | 0x4b000000u;  // even column: low nibble
-        }
-        out[i * (32 / kBits) + j] = __uint_as_float(bits) - offset;
+    for (int j = 0; j < 4; ++j) {
+      uint32_t bits;
+      if constexpr (kBits == 8) {
+        bits = __byte_perm(chunk_word(raw, p), 0x4b000000u, 0x7440u + j);  // [byte j, 0, 0, 0x4b]
+      } else {
+        // Weights 4p .. 4p + 3: the nibbles of half a word, the even column low.
+        bits = ((chunk_word(raw, p / 2) >> (16 * (p % 2) + 4 * j)) & 0xfu) | 0x4b000000u;
       }
+      v[j] = __uint_as_float(bits) - offset;
     }
   }
   static __device__ __forceinline__ float scale(Meta m) {
