@@ -134,8 +134,8 @@ TEST(Safetensors, RejectsOtherDtypesAndDataPastTheEnd) {
                             16);
   Result<SafetensorsFile> f = SafetensorsFile::open(path);
   ASSERT_FALSE(f.ok());
-  EXPECT_EQ(f.status().message(),
-            path + ": tensor 't' has dtype I64, which is not supported (BF16, F16, F32 or I32)");
+  EXPECT_EQ(f.status().message(), path + ": tensor 't' has dtype I64, which is not supported "
+                                        "(BF16, F16, F32, I32, U8 or F8_E4M3)");
 
   write_safetensors_by_hand(path, {{"dtype", "F32"}, {"shape", {4}}, {"data_offsets", {0, 16}}},
                             8);

@@ -11,6 +11,7 @@
 #include "kuiper/model/config.h"
 #include "kuiper/model/images.h"
 #include "kuiper/model/model_file.h"
+#include "kuiper/model/quantization.h"
 #include "kuiper/op/attention_kind.h"
 #include "kuiper/tensor/tensor.h"
 
@@ -49,6 +50,11 @@ struct ModelOptions {
   // device has one (CUDA). The model's options() hold what was chosen, these flags still set.
   bool auto_activation = false;
   bool auto_cuda_graph = false;
+  // Model::random only: quantize the decoder's projections (op::quantize on the model's device)
+  // as a converted checkpoint would hold them, so each format's speed is measured without one.
+  // Embeddings, norms and lm_head stay in the activation dtype. A loaded model ignores it: its
+  // file says what is quantized.
+  QuantizeSpec quantize;
 };
 
 class Model {

@@ -15,6 +15,7 @@
 #include <glog/logging.h>
 
 #include "kuiper/base/json_reader.h"
+#include "kuiper/model/quantization.h"
 
 namespace kuiper {
 
@@ -56,11 +57,48 @@ Result<uint64_t> tensor_nbytes(const std::string& name, const std::vector<int64_
   return n;
 }
 
+using EntryMap = std::unordered_map<std::string, const TensorEntry*>;
+
+// A quantized matrix's parts (quantization.h) against its format and the [N, K] the config
+// implies: op::check_weight judges shapeless views of the entries, so the file is held to the
+// same layout rules the ops are.
+Status check_quantized(const TensorSpec& spec, const QuantizedEntry& q, const EntryMap& by_name) {
+  const std::string what = "tensor " + quote_name(spec.name) + " (" +
+                           op::weight_format_name(q.format) + ")";
+  auto part = [&](const std::string& name, Tensor* out) -> Status {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) return Status::Error(what + ": " + quote_name(name) + " is missing");
+    *out = Tensor::view(nullptr, it->second->shape, it->second->dtype, DeviceType::kCpu);
+    return Status::Ok();
+  };
+  op::Weight w;
+  w.format = q.format;
+  w.block_rows = q.block_rows;
+  w.block_cols = q.block_cols;
+  KUIPER_RETURN_IF_ERROR(part(spec.name, &w.values));
+  KUIPER_RETURN_IF_ERROR(part(spec.name + kScalesSuffix, &w.scales));
+  if (q.format != op::WeightFormat::kFp8) {
+    KUIPER_RETURN_IF_ERROR(part(spec.name + kZerosSuffix, &w.zeros));
+  }
+  if (spec.shape.size() != 2) return Status::Error(what + ": not a matrix");
+  if (w.values.ndim() != 2) {
+    return Status::Error(what + ": values " + w.values.describe() + " are not a matrix");
+  }
+  KUIPER_RETURN_IF_ERROR(op::check_weight(w).With(what));
+  if (w.rows() != spec.shape[0] || w.cols() != spec.shape[1]) {
+    return Status::Error(what + " holds " + shape_string({w.rows(), w.cols()}) +
+                         " but the config implies " + shape_string(spec.shape));
+  }
+  return Status::Ok();
+}
+
 // The rules a tensor table obeys both when written and when read: unique names, aligned
-// offsets, sizes that match shape and dtype, and exactly the tensors and shapes the config needs.
+// offsets, sizes that match shape and dtype, and exactly the tensors and shapes the config needs,
+// each plain (fp32, fp16 or bf16) or, where the metadata's "quantization" names it, quantized.
 // Tensors the config does not list are allowed, so later files can carry extras.
-Status check_tensor_table(const ModelConfig& config, const std::vector<TensorEntry>& entries) {
-  std::unordered_map<std::string, const TensorEntry*> by_name;
+Status check_tensor_table(const ModelConfig& config, const json& metadata,
+                          const std::vector<TensorEntry>& entries) {
+  EntryMap by_name;
   for (const TensorEntry& e : entries) {
     if (!by_name.emplace(e.name, &e).second) {
       return Status::Error("tensor " + quote_name(e.name) + " appears twice");
@@ -77,10 +115,26 @@ Status check_tensor_table(const ModelConfig& config, const std::vector<TensorEnt
                            std::to_string(kModelFileAlignment));
     }
   }
+  KUIPER_ASSIGN_OR_RETURN(auto quantized, parse_quantization(metadata));
+  std::unordered_map<std::string, QuantizedEntry> quantized_by_name;
+  const std::vector<std::string> allowed = quantizable_tensors(config);
+  for (const auto& [name, q] : quantized) {
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      return Status::Error("tensor " + quote_name(name) +
+                           " is quantized, but only the decoder's projections and an untied "
+                           "lm_head may be");
+    }
+    quantized_by_name.emplace(name, q);
+  }
   for (const TensorSpec& spec : expected_tensors(config)) {
     auto it = by_name.find(spec.name);
     if (it == by_name.end()) {
       return Status::Error("tensor " + quote_name(spec.name) + " is missing (the config needs it)");
+    }
+    auto q = quantized_by_name.find(spec.name);
+    if (q != quantized_by_name.end()) {
+      KUIPER_RETURN_IF_ERROR(check_quantized(spec, q->second, by_name));
+      continue;
     }
     const DataType dtype = it->second->dtype;
     if (dtype != DataType::kFp32 && dtype != DataType::kFp16 && dtype != DataType::kBf16) {
@@ -285,7 +339,7 @@ Result<std::shared_ptr<ModelFile>> ModelFile::open(const std::string& path) {
     if (!entry.ok()) return entry.status().With(path);
     mf->tensors_.push_back(std::move(*entry));
   }
-  KUIPER_RETURN_IF_ERROR(check_tensor_table(mf->config_, mf->tensors_).With(path));
+  KUIPER_RETURN_IF_ERROR(check_tensor_table(mf->config_, meta, mf->tensors_).With(path));
   for (const TensorEntry& e : mf->tensors_) {
     uint64_t end;
     if (__builtin_add_overflow(mf->data_offset_, e.offset, &end) ||
@@ -298,6 +352,8 @@ Result<std::shared_ptr<ModelFile>> ModelFile::open(const std::string& path) {
                   std::to_string(end) + " but the file has " + std::to_string(size) + " bytes");
     }
   }
+  KUIPER_ASSIGN_OR_RETURN(auto quantized, parse_quantization(meta));  // checked above
+  for (auto& [name, q] : quantized) mf->quantized_.emplace(name, q);
   mf->mapping_ = std::move(file.mapping);
   VLOG(1) << path << ": " << arch << ", " << mf->config_.num_layers << " layers, hidden "
           << mf->config_.hidden_size << ", " << mf->tensors_.size() << " tensors, " << size
@@ -329,6 +385,21 @@ Result<Tensor> ModelFile::tensor(const std::string& name) const {
   return Tensor::view(data, e->shape, e->dtype, DeviceType::kCpu, mapping_);
 }
 
+Result<op::Weight> ModelFile::weight(const std::string& name) const {
+  op::Weight w;
+  KUIPER_ASSIGN_OR_RETURN(w.values, tensor(name));
+  auto q = quantized_.find(name);
+  if (q == quantized_.end()) return w;
+  w.format = q->second.format;
+  w.block_rows = q->second.block_rows;
+  w.block_cols = q->second.block_cols;
+  KUIPER_ASSIGN_OR_RETURN(w.scales, tensor(name + kScalesSuffix));
+  if (w.format != op::WeightFormat::kFp8) {
+    KUIPER_ASSIGN_OR_RETURN(w.zeros, tensor(name + kZerosSuffix));
+  }
+  return w;
+}
+
 Status write_model_file(const std::string& path, const ModelConfig& config, json metadata,
                         const std::vector<TensorSource>& tensors,
                         const std::function<void(size_t, size_t)>& progress) {
@@ -349,7 +420,7 @@ Status write_model_file(const std::string& path, const ModelConfig& config, json
     entries.push_back(std::move(e));
   }
   // Refuse before writing anything a file that open() would reject.
-  KUIPER_RETURN_IF_ERROR(check_tensor_table(config, entries).With(path));
+  KUIPER_RETURN_IF_ERROR(check_tensor_table(config, metadata, entries).With(path));
 
   metadata["architecture"] = architecture_name(config.arch);
   metadata["config"] = config.to_json();

@@ -7,7 +7,8 @@
 //   bytes 24..    N bytes of UTF-8 JSON metadata:
 //                   "architecture", "config" (ModelConfig::to_json), "hf_config" (config.json as
 //                   published), "tokenizer_json" and "tokenizer_config_json" (the checkpoint's files
-//                   as strings), optionally "preprocessor_config", and "tensors": [{"name",
+//                   as strings), optionally "preprocessor_config" and "quantization" (the
+//                   quantized matrices: kuiper/model/quantization.h), and "tensors": [{"name",
 //                   "dtype", "shape", "offset", "nbytes"}], offsets relative to the data section
 //   data section  starts at the first multiple of kModelFileAlignment after the metadata; every
 //                 tensor offset is a multiple of kModelFileAlignment, so mmapped tensors can be
@@ -19,11 +20,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kuiper/model/config.h"
+#include "kuiper/model/quantization.h"
+#include "kuiper/op/weight.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper {
@@ -53,7 +57,8 @@ struct TensorEntry {
 class ModelFile {
  public:
   // Maps and validates the file: magic, version, metadata, config, every tensor's dtype, shape
-  // (against the config) and extent. Errors name the file and what is wrong.
+  // (against the config; a quantized matrix's values, scales and zeros against its format) and
+  // extent. Errors name the file and what is wrong.
   static Result<std::shared_ptr<ModelFile>> open(const std::string& path);
   ~ModelFile();
 
@@ -66,6 +71,8 @@ class ModelFile {
   const TensorEntry* find(const std::string& name) const;
   // A CPU tensor viewing the mapped bytes; keeps the mapping alive.
   Result<Tensor> tensor(const std::string& name) const;
+  // A matrix as the ops take it: plain, or quantized with its scales and zeros (all CPU views).
+  Result<op::Weight> weight(const std::string& name) const;
 
  private:
   ModelFile() = default;
@@ -76,6 +83,7 @@ class ModelFile {
   nlohmann::json metadata_;
   ModelConfig config_;
   std::vector<TensorEntry> tensors_;
+  std::unordered_map<std::string, QuantizedEntry> quantized_;  // the quantized matrices
 };
 
 // One tensor to write: `fill` writes exactly nbytes (numel * dtype size) into dst.
@@ -87,7 +95,8 @@ struct TensorSource {
 };
 
 // Writes a model file. `metadata` holds everything but "config", "architecture" and "tensors",
-// which are added here. The file appears at `path` only when complete: it is written to a
+// which are added here; its "quantization" says which tensors are quantized matrices, checked
+// like the rest. The file appears at `path` only when complete: it is written to a
 // temporary name and renamed; on failure nothing is left behind. `progress(done, total)` is
 // called after each tensor.
 Status write_model_file(const std::string& path, const ModelConfig& config,

@@ -113,9 +113,13 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create(std::shared_ptr<ModelFile> 
   const ModelFile& f = *model->file_;
   const DeviceType dev = options.device;
   const DataType act = options.activation;
-  auto get = [&](const std::string& name, const std::vector<int64_t>&, Tensor& out) -> Status {
-    KUIPER_ASSIGN_OR_RETURN(Tensor host, f.tensor(name));
-    KUIPER_ASSIGN_OR_RETURN(out, place(host, dev, act));
+  auto get = [&](const std::string& name, const std::vector<int64_t>&, op::Weight& out) -> Status {
+    KUIPER_ASSIGN_OR_RETURN(op::Weight host, f.weight(name));
+    if (host.quantized()) {  // the packed form runs as stored, on the CPU in place
+      KUIPER_ASSIGN_OR_RETURN(out, host.to(dev));
+      return Status::Ok();
+    }
+    KUIPER_ASSIGN_OR_RETURN(out, place(host.values, dev, act));
     return Status::Ok();
   };
   KUIPER_RETURN_IF_ERROR(model->build_weights(get).With(path));
@@ -138,9 +142,10 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& c
   // keep activations O(1) through the layers: uniform(-s, s) has variance s^2/3, so matrices use
   // s = sqrt(3 / fan_in); norm weights sit near 1.
   uint64_t index = 0;
+  const std::vector<std::string> quantizable = quantizable_tensors(config);
   auto get = [&](const std::string& name, const std::vector<int64_t>& shape,
-                 Tensor& out) -> Status {
-    KUIPER_ASSIGN_OR_RETURN(out, Tensor::empty(shape, options.activation, options.device));
+                 op::Weight& out) -> Status {
+    KUIPER_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(shape, options.activation, options.device));
     float scale = 0.1f, offset = 0.0f;
     if (ends_with(name, "norm.weight")) {
       offset = 1.0f;
@@ -149,7 +154,18 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& c
     } else if (shape.size() == 2) {
       scale = std::sqrt(3.0f / static_cast<float>(shape[1]));
     }
-    return op::fill_random(out, seed * 1000003u + index++, scale, offset).With(name);
+    KUIPER_RETURN_IF_ERROR(op::fill_random(t, seed * 1000003u + index++, scale, offset).With(name));
+    const bool quantize = options.quantize.quantized() && name != "lm_head.weight" &&
+                          std::find(quantizable.begin(), quantizable.end(), name) !=
+                              quantizable.end();
+    if (!quantize) {
+      out = std::move(t);
+      return Status::Ok();
+    }
+    Result<op::Weight> q = quantize_matrix(t, options.quantize);
+    if (!q.ok()) return q.status().With(name);
+    out = std::move(q).value();
+    return Status::Ok();
   };
   KUIPER_RETURN_IF_ERROR(model->build_weights(get).With("random weights"));
   return model;
@@ -157,10 +173,17 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& c
 
 template <typename Fetch>
 Status QwenModel::build_weights(Fetch&& fetch) {
-  auto get = [&](const std::string& name, const std::vector<int64_t>& shape, Tensor& out) {
+  auto get_weight = [&](const std::string& name, const std::vector<int64_t>& shape,
+                        op::Weight& out) {
     const Status s = fetch(name, shape, out);
     if (s.ok()) weight_bytes_ += static_cast<int64_t>(out.nbytes());
     return s;
+  };
+  auto get = [&](const std::string& name, const std::vector<int64_t>& shape, Tensor& out) {
+    op::Weight w;
+    KUIPER_RETURN_IF_ERROR(get_weight(name, shape, w));
+    out = std::move(w.values);  // not a projection: plain (the model file checked it)
+    return Status::Ok();
   };
   const ModelConfig& c = config_;
   const DeviceType dev = options_.device;
@@ -172,16 +195,16 @@ Status QwenModel::build_weights(Fetch&& fetch) {
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
   } else {
-    KUIPER_RETURN_IF_ERROR(get("lm_head.weight", {c.vocab_size, H}, lm_head_));
+    KUIPER_RETURN_IF_ERROR(get_weight("lm_head.weight", {c.vocab_size, H}, lm_head_));
   }
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[static_cast<size_t>(l)];
     const std::string p = text + "layers." + std::to_string(l) + ".";
     KUIPER_RETURN_IF_ERROR(get(p + "input_layernorm.weight", {H}, L.input_norm));
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_proj.weight", {c.q_dim(), H}, L.q_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_proj.weight", {c.kv_dim(), H}, L.k_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.v_proj.weight", {c.kv_dim(), H}, L.v_proj));
+    KUIPER_RETURN_IF_ERROR(get_weight(p + "self_attn.q_proj.weight", {c.q_dim(), H}, L.q_proj));
+    KUIPER_RETURN_IF_ERROR(get_weight(p + "self_attn.k_proj.weight", {c.kv_dim(), H}, L.k_proj));
+    KUIPER_RETURN_IF_ERROR(get_weight(p + "self_attn.v_proj.weight", {c.kv_dim(), H}, L.v_proj));
     if (c.qkv_bias) {
       KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_proj.bias", {c.q_dim()}, L.q_bias));
       KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_proj.bias", {c.kv_dim()}, L.k_bias));
@@ -191,11 +214,11 @@ Status QwenModel::build_weights(Fetch&& fetch) {
       KUIPER_RETURN_IF_ERROR(get(p + "self_attn.q_norm.weight", {c.head_dim}, L.q_norm));
       KUIPER_RETURN_IF_ERROR(get(p + "self_attn.k_norm.weight", {c.head_dim}, L.k_norm));
     }
-    KUIPER_RETURN_IF_ERROR(get(p + "self_attn.o_proj.weight", {H, c.q_dim()}, L.o_proj));
+    KUIPER_RETURN_IF_ERROR(get_weight(p + "self_attn.o_proj.weight", {H, c.q_dim()}, L.o_proj));
     KUIPER_RETURN_IF_ERROR(get(p + "post_attention_layernorm.weight", {H}, L.post_norm));
-    KUIPER_RETURN_IF_ERROR(get(p + "mlp.gate_proj.weight", {I, H}, L.gate_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "mlp.up_proj.weight", {I, H}, L.up_proj));
-    KUIPER_RETURN_IF_ERROR(get(p + "mlp.down_proj.weight", {H, I}, L.down_proj));
+    KUIPER_RETURN_IF_ERROR(get_weight(p + "mlp.gate_proj.weight", {I, H}, L.gate_proj));
+    KUIPER_RETURN_IF_ERROR(get_weight(p + "mlp.up_proj.weight", {I, H}, L.up_proj));
+    KUIPER_RETURN_IF_ERROR(get_weight(p + "mlp.down_proj.weight", {H, I}, L.down_proj));
   }
   if (dev != DeviceType::kCpu) KUIPER_RETURN_IF_ERROR(stack_projections());
   // The KV pool last, so that a pool sized from free memory sees the weights in place; one
@@ -252,11 +275,11 @@ namespace {
 
 // One tensor holding `parts` one after another along dimension 0; each part is then replaced by
 // its row view of the stack, so the separate copies are freed.
-Result<Tensor> stack_rows(std::initializer_list<Tensor*> parts) {
-  std::vector<int64_t> shape = (*parts.begin())->shape();
+Result<Tensor> stack_rows(const std::vector<Tensor*>& parts) {
+  std::vector<int64_t> shape = parts.front()->shape();
   shape[0] = 0;
   for (const Tensor* p : parts) shape[0] += p->dim(0);
-  const Tensor& first = **parts.begin();
+  const Tensor& first = *parts.front();
   KUIPER_ASSIGN_OR_RETURN(Tensor stack, Tensor::empty(shape, first.dtype(), first.device()));
   int64_t row = 0;
   for (Tensor* p : parts) {
@@ -274,15 +297,46 @@ Result<Tensor> row_slice(const Tensor& one_row, int64_t begin, int64_t count) {
   return flat.rows(begin, count).reshape({1, count});
 }
 
+// stack_rows for matrices: a quantized one stacks its values, scales and zeros alike, each part
+// left a row view (Weight::rows) of the stack. Quantized parts whose scale blocks would straddle
+// a boundary (every part but the last must be whole blocks of rows), or that differ in format
+// or block, stay apart: the result is undefined and the layer multiplies them separately.
+Result<op::Weight> stack_weights(std::initializer_list<op::Weight*> parts) {
+  const op::Weight& first = **parts.begin();
+  size_t i = 0;
+  for (const op::Weight* p : parts) {
+    const bool last = ++i == parts.size();
+    if (p->format != first.format || p->block_rows != first.block_rows ||
+        p->block_cols != first.block_cols || (!last && p->rows() % p->block_rows != 0)) {
+      return op::Weight();
+    }
+  }
+  op::Weight stack = first;
+  std::vector<Tensor*> values, scales, zeros;
+  for (op::Weight* p : parts) {
+    values.push_back(&p->values);
+    scales.push_back(&p->scales);
+    zeros.push_back(&p->zeros);
+  }
+  KUIPER_ASSIGN_OR_RETURN(stack.values, stack_rows(values));
+  if (first.scales.defined()) {
+    KUIPER_ASSIGN_OR_RETURN(stack.scales, stack_rows(scales));
+  }
+  if (first.zeros.defined()) {
+    KUIPER_ASSIGN_OR_RETURN(stack.zeros, stack_rows(zeros));
+  }
+  return stack;
+}
+
 }  // namespace
 
 Status QwenModel::stack_projections() {
   for (Layer& L : layers_) {
-    KUIPER_ASSIGN_OR_RETURN(L.qkv_proj, stack_rows({&L.q_proj, &L.k_proj, &L.v_proj}));
+    KUIPER_ASSIGN_OR_RETURN(L.qkv_proj, stack_weights({&L.q_proj, &L.k_proj, &L.v_proj}));
     if (config_.qkv_bias) {
       KUIPER_ASSIGN_OR_RETURN(L.qkv_bias, stack_rows({&L.q_bias, &L.k_bias, &L.v_bias}));
     }
-    KUIPER_ASSIGN_OR_RETURN(L.gate_up_proj, stack_rows({&L.gate_proj, &L.up_proj}));
+    KUIPER_ASSIGN_OR_RETURN(L.gate_up_proj, stack_weights({&L.gate_proj, &L.up_proj}));
   }
   // The separate copies went back to the device allocator, in sizes nothing else asks for (an 8B
   // model: 240 MB a layer, 8.4 GB in all): give them back.
@@ -363,10 +417,11 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   // and run one GEMM per stack (cuBLAS; the weights read once for every row of the pass, and one
   // q|k|v GEMM fills the GPU where k and v alone, 1024 columns, leave most of it idle), the
   // q/k/v split riding in the attention-input kernel and the gate/up split in SwiGLU. The CPU
-  // keeps separate matrices, and Qwen3-VL's M-RoPE separate q, k and v.
-  const bool stacked = L.qkv_proj.defined();
-  const bool fused = stacked && ws.capacity == 1;
-  const bool stacked_qkv = stacked && !fused && pass.rope_axes_equal;
+  // keeps separate matrices, and Qwen3-VL's M-RoPE separate q, k and v; so do quantized parts
+  // whose scale blocks straddle them, each stack on its own.
+  const bool one_token = ws.capacity == 1;
+  const bool fused = L.qkv_proj.defined() && one_token;
+  const bool stacked_qkv = L.qkv_proj.defined() && !one_token && pass.rope_axes_equal;
   if (fused) {
     op::LinearOptions qkv;
     qkv.norm = &L.input_norm;
@@ -431,13 +486,13 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   op::LinearOptions residual;
   residual.residual = true;
   KUIPER_RETURN_IF_ERROR(op::linear(attn, L.o_proj, residual, x));
-  if (fused) {
+  if (L.gate_up_proj.defined() && one_token) {
     op::LinearOptions mlp;
     mlp.norm = &L.post_norm;
     mlp.eps = eps;
     mlp.swiglu = true;
     KUIPER_RETURN_IF_ERROR(op::linear(x, L.gate_up_proj, mlp, gate));
-  } else if (stacked) {
+  } else if (L.gate_up_proj.defined()) {
     KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
     Tensor gate_up = ws.gate_up.rows(0, T);
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_up_proj, nullptr, gate_up));
@@ -445,7 +500,14 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   } else {
     KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.gate_proj, nullptr, gate));
-    Tensor up = ws.up.rows(0, T);
+    // A GPU workspace has no separate up (the stacked GEMM's gate_up serves): its first T * I
+    // elements do.
+    Tensor up = ws.up.defined() ? ws.up.rows(0, T) : Tensor();
+    if (!up.defined()) {
+      const int64_t I = c.intermediate_size;
+      KUIPER_ASSIGN_OR_RETURN(Tensor flat, ws.gate_up.reshape({ws.gate_up.numel()}));
+      KUIPER_ASSIGN_OR_RETURN(up, flat.rows(0, T * I).reshape({T, I}));
+    }
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.up_proj, nullptr, up));
     KUIPER_RETURN_IF_ERROR(op::swiglu(gate, up, gate));
   }

@@ -37,7 +37,8 @@ class QwenModel : public Model {
   // With the vision tower when the file has one (Qwen3-VL).
   static Result<std::unique_ptr<QwenModel>> create(std::shared_ptr<ModelFile> file,
                                                    const ModelOptions& options);
-  // Random weights generated on the model's device by op::fill_random (see Model::random).
+  // Random weights generated on the model's device by op::fill_random (see Model::random), the
+  // projections then quantized there as options.quantize says.
   static Result<std::unique_ptr<QwenModel>> create_random(const ModelConfig& config,
                                                           const ModelOptions& options,
                                                           uint64_t seed);
@@ -45,7 +46,8 @@ class QwenModel : public Model {
 
   Result<ImageFeatures> encode_images(const ImagePixels& images) override;
 
-  // Bytes of the decoder's weights where they run (the vision tower's not counted).
+  // Bytes of the decoder's weights where they run, quantized ones as packed with their scales and
+  // zeros (the vision tower's not counted).
   int64_t weight_bytes() const { return weight_bytes_; }
 
  protected:
@@ -53,14 +55,17 @@ class QwenModel : public Model {
 
  private:
   struct Layer {
-    Tensor input_norm, q_proj, k_proj, v_proj, q_bias, k_bias, v_bias, q_norm, k_norm, o_proj;
-    Tensor post_norm, gate_proj, up_proj, down_proj;
+    Tensor input_norm, q_bias, k_bias, v_bias, q_norm, k_norm, post_norm;
+    // The projections, plain or quantized (kuiper/op/weight.h).
+    op::Weight q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
     Tensor k_cache, v_cache;  // the KV pool: [kv_blocks * kv_block_size, kv_dim]
     // On the GPU q/k/v and gate/up are stored stacked, [q_dim + 2 kv_dim, H] and [2 I, H], and
-    // the separate tensors above are row views of them: decode reads each stack with one GEMV,
+    // the separate weights above are row views of them: decode reads each stack with one GEMV,
     // one launch over a matrix large enough to stream at full bandwidth. Undefined on the CPU,
-    // whose weights stay views of the mapped file.
-    Tensor qkv_proj, qkv_bias, gate_up_proj;
+    // whose weights stay views of the mapped file, and for quantized parts whose scale blocks
+    // straddle the boundaries (FP8 128-row blocks of parts not a multiple of 128 rows).
+    op::Weight qkv_proj, gate_up_proj;
+    Tensor qkv_bias;
   };
   // Activations and batch metadata for up to `capacity` tokens of one pass. The one-token
   // workspace (decode of one sequence: the fused GEMV forms) and the batch workspace are
@@ -138,8 +143,8 @@ class QwenModel : public Model {
   static Result<std::unique_ptr<QwenModel>> make(ModelConfig config,
                                                  std::shared_ptr<ModelFile> file,
                                                  const ModelOptions& options);
-  // Fills every weight with `fetch(name, shape, out)`, counting its bytes, then sizes and
-  // allocates the KV pool and the workspaces.
+  // Fills every weight with `fetch(name, shape, out)` (an op::Weight: quantized only for the
+  // projection matrices), counting its bytes, then sizes and allocates the KV pool.
   template <typename Fetch>
   Status build_weights(Fetch&& fetch);
   // The number of KV blocks the options ask for (ModelOptions' pool sizing), the pad block not
@@ -171,7 +176,8 @@ class QwenModel : public Model {
   // the pad block.
   void stage_padding(Pass* pass, int64_t sequences);
 
-  Tensor embed_, final_norm_, lm_head_;
+  Tensor embed_, final_norm_;
+  op::Weight lm_head_;
   std::vector<Layer> layers_;
   std::unique_ptr<VisionEncoder> vision_;  // null for a text-only model
   std::unique_ptr<op::AttentionOp> prefill_attention_, decode_attention_;

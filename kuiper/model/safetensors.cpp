@@ -14,15 +14,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The safetensors dtypes this engine reads (I32 for token ids in reference outputs); the format
-// has more (I64, BOOL, F8_E4M3...).
+// The safetensors dtypes this engine reads: floats, I32 (token ids in reference outputs, the
+// packed codes of AWQ and GPTQ checkpoints), U8 and F8_E4M3 (FP8 checkpoints); the format has
+// more (I64, BOOL...).
 Result<DataType> parse_safetensors_dtype(const std::string& name, const std::string& tensor) {
   if (name == "BF16") return DataType::kBf16;
   if (name == "F16") return DataType::kFp16;
   if (name == "F32") return DataType::kFp32;
   if (name == "I32") return DataType::kInt32;
+  if (name == "U8") return DataType::kUint8;
+  if (name == "F8_E4M3") return DataType::kFp8E4m3;
   return Status::Error("tensor '" + tensor + "' has dtype " + name +
-                       ", which is not supported (BF16, F16, F32 or I32)");
+                       ", which is not supported (BF16, F16, F32, I32, U8 or F8_E4M3)");
 }
 
 uint64_t load_le64(const uint8_t* p) {

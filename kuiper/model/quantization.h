@@ -1,0 +1,60 @@
+// Quantized projections in the model file and the model: which tensors may be quantized, how a
+// quantized one is stored, and the round-to-nearest recipe (format and block) the converter and
+// random-weight models apply.
+//
+// A quantized matrix "X.weight" (op::Weight, kuiper/op/weight.h) is stored as the tensors
+// "X.weight" (its values: the codes or FP8 numbers), "X.weight.scales" and, for the integer
+// formats, "X.weight.zeros", and the file metadata's "quantization" object names its format and
+// scale block: {"X.weight": {"format": "int4", "block": [1, 128]}, ...}. Tensors not named
+// there are plain. Only the decoder's projections and lm_head may be quantized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kuiper/model/config.h"
+#include "kuiper/op/weight.h"
+
+namespace kuiper {
+
+inline const char* const kScalesSuffix = ".scales";
+inline const char* const kZerosSuffix = ".zeros";
+
+// The names of the matrices `config` allows to be quantized: each layer's q/k/v/o and
+// gate/up/down projections and, when not tied to the embeddings, lm_head.
+std::vector<std::string> quantizable_tensors(const ModelConfig& config);
+
+// The "quantization" entry of one matrix.
+struct QuantizedEntry {
+  op::WeightFormat format = op::WeightFormat::kPlain;
+  int64_t block_rows = 1, block_cols = 1;
+};
+// The metadata's "quantization" object by tensor name; a missing one is empty. Errors say which
+// entry is malformed (an unknown format, a block that is not two positive integers).
+Result<std::vector<std::pair<std::string, QuantizedEntry>>> parse_quantization(
+    const nlohmann::json& metadata);
+nlohmann::json quantization_json(const QuantizedEntry& entry);
+
+// How to quantize a 16-bit matrix (kuiper-convert --quantize, random-weight models).
+struct QuantizeSpec {
+  op::WeightFormat format = op::WeightFormat::kPlain;  // kPlain: leave weights as they are
+  // kInt8 / kInt4: columns per group (a scale and zero point each). kFp8: the side of the square
+  // scale block (128 is FineGrainedFP8's), or 0 for one scale per row (per-channel, 1 x K).
+  int64_t block = 128;
+
+  bool quantized() const { return format != op::WeightFormat::kPlain; }
+  // The scale block for an [N, K] matrix.
+  QuantizedEntry entry_for(int64_t K) const;
+  // "int4 group 128", "fp8 block 128x128", "fp8 per-channel", "plain".
+  std::string describe() const;
+};
+// From the programs' flags: format "fp8", "int8" or "int4" ("" or "plain": none); block as above.
+Result<QuantizeSpec> parse_quantize_spec(const std::string& format, int64_t block);
+
+// op::quantize of `w` (fp32/fp16/bf16 [N, K]) as `spec` says, on w's device.
+Result<op::Weight> quantize_matrix(const Tensor& w, const QuantizeSpec& spec);
+
+}  // namespace kuiper
