@@ -145,13 +145,13 @@ TEST(UntrustedCheckpoint, HugeNumberInConfigJsonIsAnError) {
   EXPECT_MENTIONS(error_of(read_hf_checkpoint(dir.path())), "config.json is not valid JSON");
 }
 
-TEST(UntrustedCheckpoint, QuantizedCheckpointsAreRefusedByName) {
+TEST(UntrustedCheckpoint, UnsupportedQuantizationIsRefusedByName) {
   test::TempDir dir;
   json c = qwen3_config();
-  c["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  c["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
   write_text(dir.file("config.json"), c.dump());
   EXPECT_MENTIONS(error_of(read_hf_checkpoint(dir.path())),
-                  "quantized checkpoints (quant_method fp8) are not supported yet");
+                  "quant_method bitsandbytes (fp8, awq or gptq are read) is not supported");
 }
 
 // A safetensors file: the 8-byte little-endian header length, the header, then `data` bytes.

@@ -1,6 +1,10 @@
 // kuiper-convert: a Hugging Face checkpoint directory -> one Kuiper model file.
 //
 //   kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16]
+//                  [--quantize fp8|int8|int4 [--group N] [--fp8_block 128|channel]]
+//
+// Quantized checkpoints (FP8, AWQ, GPTQ) are read as published and keep their quantization;
+// --quantize makes one from a 16-bit checkpoint (the decoder's projections, round to nearest).
 //
 // Progress goes to stderr; any failure is one line "kuiper-convert: <message>", exit code 1,
 // and no output file (the writer only renames a complete file into place).
@@ -10,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <gflags/gflags.h>
@@ -17,14 +22,24 @@
 
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/model_file.h"
+#include "kuiper/model/quantization.h"
 
 DEFINE_string(hf, "", "Hugging Face checkpoint directory (config.json, tokenizer, safetensors)");
 DEFINE_string(out, "", "model file to write");
 DEFINE_string(dtype, "", "convert every weight to fp32, fp16 or bf16 (default: keep as stored)");
+DEFINE_string(quantize, "",
+              "quantize the decoder's projections: fp8, int8 or int4 (embeddings, norms, lm_head "
+              "and a vision tower stay 16-bit)");
+DEFINE_int32(group, 128, "--quantize int8/int4: columns per scale and zero point");
+DEFINE_string(fp8_block, "128",
+              "--quantize fp8: the side of the square scale block, or 'channel' for one scale a "
+              "row");
 
 namespace {
 
-constexpr const char* kUsage = "kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16]";
+constexpr const char* kUsage =
+    "kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16] "
+    "[--quantize fp8|int8|int4 [--group N] [--fp8_block 128|channel]]";
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "kuiper-convert: %s\n", message.c_str());
@@ -44,9 +59,14 @@ class ProgressPrinter {
     const int decile = static_cast<int>(percent / 10);
     if (!interactive_ && decile == last_decile_ && p.tensors_done != p.tensors_total) return;
     last_decile_ = decile;
-    std::fprintf(stderr, "%s[%zu/%zu tensors] %5.1f%%  %.1f / %.1f MiB%s",
+    // The rate so far and the time left at it (quantizing is slower than copying).
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double rate = seconds > 0 ? mib(p.bytes_done) / seconds : 0.0;
+    const double eta = rate > 0 ? (mib(p.bytes_total) - mib(p.bytes_done)) / rate : 0.0;
+    std::fprintf(stderr, "%s[%zu/%zu tensors] %5.1f%%  %.1f / %.1f MiB  %.1f MiB/s  ETA %.0f s%s",
                  interactive_ ? "\r" : "", p.tensors_done, p.tensors_total, percent,
-                 mib(p.bytes_done), mib(p.bytes_total), interactive_ ? "" : "\n");
+                 mib(p.bytes_done), mib(p.bytes_total), rate, eta, interactive_ ? "" : "\n");
     line_open_ = interactive_;
   }
 
@@ -58,6 +78,7 @@ class ProgressPrinter {
 
  private:
   bool interactive_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool line_open_ = false;
   int last_decile_ = -1;
 };
@@ -81,11 +102,29 @@ int main(int argc, char** argv) {
     else return fail("--dtype '" + FLAGS_dtype + "' is not one of fp32, fp16, bf16");
   }
 
-  std::fprintf(stderr, "kuiper-convert: %s -> %s\n", FLAGS_hf.c_str(), FLAGS_out.c_str());
+  int64_t block = FLAGS_group;
+  if (FLAGS_quantize == "fp8") {
+    if (FLAGS_fp8_block == "channel") {
+      block = 0;
+    } else {
+      try {
+        block = std::stoll(FLAGS_fp8_block);
+      } catch (const std::exception&) {
+        return fail("--fp8_block '" + FLAGS_fp8_block + "' is not a number or 'channel'");
+      }
+    }
+  }
+  kuiper::Result<kuiper::QuantizeSpec> quantize =
+      kuiper::parse_quantize_spec(FLAGS_quantize, block);
+  if (!quantize.ok()) return fail("--quantize: " + quantize.status().message());
+
+  std::fprintf(stderr, "kuiper-convert: %s -> %s%s\n", FLAGS_hf.c_str(), FLAGS_out.c_str(),
+               quantize->quantized() ? (" (" + quantize->describe() + ")").c_str() : "");
   const auto start = std::chrono::steady_clock::now();
   ProgressPrinter printer;
   kuiper::Status status = kuiper::convert_checkpoint(
-      FLAGS_hf, FLAGS_out, dtype, [&printer](const kuiper::ConvertProgress& p) { printer(p); });
+      FLAGS_hf, FLAGS_out, dtype, [&printer](const kuiper::ConvertProgress& p) { printer(p); },
+      *quantize);
   printer.finish();
   if (!status.ok()) return fail(status.message());
   const double seconds =

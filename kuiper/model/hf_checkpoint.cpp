@@ -1,10 +1,14 @@
 #include "kuiper/model/hf_checkpoint.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "kuiper/base/json_reader.h"
 #include "kuiper/model/model_file.h"
+#include "kuiper/op/ops.h"
 
 namespace kuiper {
 
@@ -51,14 +55,10 @@ Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
   }
   KUIPER_ASSIGN_OR_RETURN(std::string config_text, read_text(config_path));
   KUIPER_ASSIGN_OR_RETURN(ckpt.hf_config, parse_json(config_text, config_path));
-  // Quantized releases (FP8, AWQ, GPTQ, ...) say so here; their tensors are not plain weights.
-  const JsonReader root(ckpt.hf_config, config_path);
-  if (root.has("quantization_config")) {
-    KUIPER_ASSIGN_OR_RETURN(JsonReader q, root.at("quantization_config"));
-    KUIPER_ASSIGN_OR_RETURN(std::string method, q.get_string_or("quant_method", "unknown"));
-    return Status::Error(config_path + ": quantized checkpoints (quant_method " + method +
-                         ") are not supported yet; use the 16-bit (bf16) release");
-  }
+  // Quantized releases (FP8, AWQ, GPTQ, ...) say so here; their matrices are read repacked.
+  Result<HfQuantization> quantization = parse_hf_quantization(ckpt.hf_config);
+  if (!quantization.ok()) return quantization.status().With(config_path);
+  ckpt.quantization = *quantization;
   Result<ModelConfig> config = ModelConfig::from_hf(ckpt.hf_config);
   if (!config.ok()) return config.status().With(dir);
   ckpt.config = *config;
@@ -83,19 +83,76 @@ Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir) {
 
 Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path,
                           std::optional<DataType> dtype,
-                          const std::function<void(const ConvertProgress&)>& progress) {
+                          const std::function<void(const ConvertProgress&)>& progress,
+                          const QuantizeSpec& quantize) {
   if (dtype && !is_float_type(*dtype)) {
     return Status::Error(std::string("cannot convert weights to ") + dtype_name(*dtype) +
                          " (fp32, fp16 or bf16)");
   }
   KUIPER_ASSIGN_OR_RETURN(HfCheckpoint ckpt, read_hf_checkpoint(hf_dir));
+  if (quantize.quantized() && ckpt.quantization.quantized()) {
+    return Status::Error(hf_dir + ": the checkpoint is already quantized; quantize its 16-bit "
+                                  "release instead");
+  }
 
   // Check the whole tensor list before writing a byte, so a bad checkpoint fails at once.
   std::vector<TensorSource> sources;
   std::vector<uint64_t> bytes_through;  // output bytes up to and including tensor i
   std::vector<std::string> missing;
   uint64_t total_bytes = 0;
+  json quantization = json::object();
+  // A quantized matrix: its values, scales and zeros written one after another from one
+  // op::Weight, made when the values are written and dropped after its last part, so memory
+  // holds one matrix at a time.
+  auto add_quantized = [&](const TensorSpec& spec, const QuantizedEntry& e,
+                           std::function<Result<op::Weight>()> make) -> Status {
+    Result<op::Weight> layout = op::empty_weight(e.format, spec.shape[0], spec.shape[1],
+                                                 e.block_rows, e.block_cols, DeviceType::kCpu);
+    if (!layout.ok()) return layout.status().With(hf_dir + ": tensor '" + spec.name + "'");
+    const std::vector<std::pair<std::string, Tensor>> parts = [&] {
+      std::vector<std::pair<std::string, Tensor>> p = {{spec.name, layout->values},
+                                                       {spec.name + kScalesSuffix, layout->scales}};
+      if (layout->zeros.defined()) p.emplace_back(spec.name + kZerosSuffix, layout->zeros);
+      return p;
+    }();
+    auto made = std::make_shared<op::Weight>();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Tensor& part = parts[i].second;
+      const bool last = i + 1 == parts.size();
+      sources.push_back({parts[i].first, part.dtype(), part.shape(),
+                         [made, make, i, last](void* dst) -> Status {
+                           if (i == 0) {
+                             KUIPER_ASSIGN_OR_RETURN(*made, make());
+                           }
+                           const Tensor& t =
+                               i == 0 ? made->values : i == 1 ? made->scales : made->zeros;
+                           std::memcpy(dst, t.raw(), t.nbytes());
+                           if (last) *made = op::Weight();
+                           return Status::Ok();
+                         }});
+      total_bytes += part.nbytes();
+      bytes_through.push_back(total_bytes);
+    }
+    quantization[spec.name] = quantization_json(e);
+    return Status::Ok();
+  };
+  const std::vector<std::string> quantizable = quantizable_tensors(ckpt.config);
   for (const TensorSpec& spec : expected_tensors(ckpt.config)) {
+    const bool projection =
+        std::find(quantizable.begin(), quantizable.end(), spec.name) != quantizable.end();
+    if (projection && ckpt.quantization.quantized()) {
+      const int64_t N = spec.shape[0], K = spec.shape[1];
+      Result<std::optional<QuantizedEntry>> e =
+          describe_hf_quantized(ckpt.quantization, ckpt.weights, spec.name, N, K);
+      if (!e.ok()) return e.status().With(hf_dir);
+      if (e->has_value()) {
+        const HfCheckpoint* c = &ckpt;
+        KUIPER_RETURN_IF_ERROR(add_quantized(spec, **e, [c, name = spec.name, N, K] {
+          return read_hf_quantized(c->quantization, c->weights, name, N, K);
+        }));
+        continue;
+      }
+    }
     const SafetensorsTensor* t = ckpt.weights.find(spec.name);
     if (t == nullptr) {
       missing.push_back(spec.name);
@@ -105,6 +162,19 @@ Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path
       return Status::Error(hf_dir + ": tensor '" + spec.name + "' has shape " +
                            shape_string(t->shape) + " in " + ckpt.weights.file_of(spec.name) +
                            " but config.json implies " + shape_string(spec.shape));
+    }
+    if (!is_float_type(t->dtype)) {
+      return Status::Error(hf_dir + ": tensor '" + spec.name + "' is " + dtype_name(t->dtype) +
+                           ", not a float type, and the quantization_config does not say how "
+                           "to read it");
+    }
+    if (projection && quantize.quantized() && spec.name != "lm_head.weight") {
+      KUIPER_RETURN_IF_ERROR(add_quantized(spec, quantize.entry_for(spec.shape[1]), [t, quantize] {
+        const Tensor w = Tensor::view(const_cast<void*>(t->data), t->shape, t->dtype,
+                                      DeviceType::kCpu);
+        return quantize_matrix(w, quantize);
+      }));
+      continue;
     }
     const DataType out = dtype.value_or(t->dtype);
     const size_t n = t->nbytes / dtype_size(t->dtype);
@@ -133,6 +203,7 @@ Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path
   if (!ckpt.preprocessor_config.is_null()) {
     metadata["preprocessor_config"] = ckpt.preprocessor_config;
   }
+  if (!quantization.empty()) metadata["quantization"] = quantization;
   auto on_tensor = [&](size_t done, size_t total) {
     if (progress) progress({done, total, bytes_through[done - 1], total_bytes});
   };

@@ -11,6 +11,8 @@
 
 #include "kuiper/base/dtype.h"
 #include "kuiper/model/config.h"
+#include "kuiper/model/hf_quantized.h"
+#include "kuiper/model/quantization.h"
 #include "kuiper/model/safetensors.h"
 
 namespace kuiper {
@@ -22,10 +24,11 @@ struct HfCheckpoint {
   std::string tokenizer_json;          // tokenizer.json, verbatim
   std::string tokenizer_config_json;   // tokenizer_config.json (chat template), verbatim
   nlohmann::json preprocessor_config;  // preprocessor_config.json; null when there is none
+  HfQuantization quantization;         // config.json's quantization_config (hf_quantized.h)
   SafetensorsCheckpoint weights;
 };
 
-// Reads `dir`: config.json (an unsupported architecture is an error), tokenizer.json and
+// Reads `dir`: config.json (an unsupported architecture or quantization is an error), tokenizer.json and
 // tokenizer_config.json (both required: the model file embeds them), preprocessor_config.json
 // if present, and the safetensors (single or sharded). Tensors are checked by
 // convert_checkpoint, not here.
@@ -44,8 +47,16 @@ struct ConvertProgress {
 // bf16) converts every tensor; without it each keeps its stored dtype. A tensor whose values do
 // not fit `dtype` (beyond fp16's 65504) is an error naming it and its largest |value|. On error
 // no output file is left behind. `progress` is called after each tensor.
+//
+// A quantized checkpoint (FP8, AWQ, GPTQ: hf_quantized.h) keeps its quantized matrices, repacked
+// into Kuiper's layouts; `dtype` then applies to the plain tensors only. `quantize` quantizes a
+// 16-bit checkpoint's decoder projections (quantization.h; op::quantize on the CPU): the
+// embeddings, norms, lm_head and a vision tower stay as they are. A shape the format cannot hold
+// (a group that does not divide a row) is an error naming the matrix, as is quantizing an
+// already quantized checkpoint.
 Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path,
                           std::optional<DataType> dtype,
-                          const std::function<void(const ConvertProgress&)>& progress = nullptr);
+                          const std::function<void(const ConvertProgress&)>& progress = nullptr,
+                          const QuantizeSpec& quantize = {});
 
 }  // namespace kuiper
