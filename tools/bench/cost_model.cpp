@@ -7,20 +7,34 @@ double layer_matrix_params(const kuiper::ModelConfig& c) {
   return (H * c.q_dim() * 2 + H * c.kv_dim() * 2 + 3 * H * I) * c.num_layers;
 }
 
-double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context) {
+double matrix_bytes_per_weight(const kuiper::QuantizeSpec& q, size_t elem) {
+  const double b = static_cast<double>(q.block);
+  switch (q.format) {
+    case kuiper::op::WeightFormat::kPlain: return static_cast<double>(elem);
+    case kuiper::op::WeightFormat::kFp8: return 1.0 + (q.block > 0 ? 4.0 / (b * b) : 0.0);
+    case kuiper::op::WeightFormat::kInt8: return 1.0 + 3.0 / b;  // fp16 scale, uint8 zero
+    case kuiper::op::WeightFormat::kInt4: return 0.5 + 3.0 / b;
+  }
+  return static_cast<double>(elem);
+}
+
+double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context,
+                    const kuiper::QuantizeSpec& q) {
   const double H = c.hidden_size;
-  const double weights = (layer_matrix_params(c) + c.vocab_size * H + H) * elem;
+  const double weights = layer_matrix_params(c) * matrix_bytes_per_weight(q, elem) +
+                         (c.vocab_size * H + H) * elem;
   const double kv = 2.0 * c.num_layers * c.kv_dim() * context * elem;
   return weights + kv;
 }
 
-double weight_bytes(const kuiper::ModelConfig& c, size_t elem) {
+double weight_bytes(const kuiper::ModelConfig& c, size_t elem, const kuiper::QuantizeSpec& q) {
   const double H = c.hidden_size;
   double per_layer = 2 * H;  // the two norms
   if (c.qk_norm) per_layer += 2.0 * c.head_dim;
   if (c.qkv_bias) per_layer += c.q_dim() + 2.0 * c.kv_dim();
   const double embeddings = c.vocab_size * H * (c.tie_word_embeddings ? 1 : 2);
-  return (layer_matrix_params(c) + per_layer * c.num_layers + embeddings + H) * elem;
+  return layer_matrix_params(c) * matrix_bytes_per_weight(q, elem) +
+         (per_layer * c.num_layers + embeddings + H) * elem;
 }
 
 double kv_cache_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t max_context) {

@@ -6,16 +6,22 @@
 #include <cstdint>
 
 #include "kuiper/model/config.h"
+#include "kuiper/model/quantization.h"
 
 namespace kuiper::bench {
 
 // Parameters of the matrices one token multiplies by (q/k/v/o, gate/up/down in every layer).
 double layer_matrix_params(const kuiper::ModelConfig& c);
+// Bytes a layer matrix holds per weight: the activation dtype's size `elem`, or a quantized
+// format's code with its share of the scales and zeros (int4 with groups of 128: 0.5 + 3/128).
+double matrix_bytes_per_weight(const kuiper::QuantizeSpec& q, size_t elem);
 // Bytes one decode step must read: every weight matrix (the matrices are stored in the
-// activation dtype on the GPU), one embedding row, and the K and V cache rows so far.
-double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context);
-// Bytes of every weight as the GPU stores them (activation dtype).
-double weight_bytes(const kuiper::ModelConfig& c, size_t elem);
+// activation dtype on the GPU, or quantized as `q` says), one embedding row, and the K and V
+// cache rows so far.
+double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context,
+                    const kuiper::QuantizeSpec& q = {});
+// Bytes of every weight as the GPU stores them (activation dtype; layer matrices as `q` says).
+double weight_bytes(const kuiper::ModelConfig& c, size_t elem, const kuiper::QuantizeSpec& q = {});
 double kv_cache_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t max_context);
 // Activations of a forward of T tokens (QwenModel's Workspace) plus one row of fp32 logits.
 double workspace_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t T);

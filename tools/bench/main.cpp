@@ -50,6 +50,21 @@ Status read_model_shape(kuiper::ModelConfig* config, std::string* name) {
   return Status::Ok();
 }
 
+// --quantize (and --group): how a random model's projections are quantized, as
+// kuiper-convert --quantize would (FP8 128 x 128 blocks). A model file says its own.
+Result<kuiper::QuantizeSpec> read_quantize() {
+  if (!FLAGS_quantize.empty() && !FLAGS_model.empty()) {
+    return Status::Error("--quantize applies to --config's random weights; a --model file holds "
+                         "its own (kuiper-convert --quantize)");
+  }
+  KUIPER_ASSIGN_OR_RETURN(const op::WeightFormat format, quantize_format());
+  if (format == op::WeightFormat::kPlain) return kuiper::QuantizeSpec();
+  Result<kuiper::QuantizeSpec> q = kuiper::parse_quantize_spec(
+      FLAGS_quantize, format == op::WeightFormat::kFp8 ? 128 : FLAGS_group);
+  if (!q.ok()) return q.status().With("--quantize");
+  return q;
+}
+
 // The activation dtype, by the programs' rule (resolve_activation), and why: auto follows the
 // weights (--model's stored dtype, --config's torch_dtype); attention-only mode has none and
 // takes bf16, the dtype Qwen publishes.
@@ -125,7 +140,9 @@ Status run_throughput(const std::string& command) {
   }
   doc["activation"] = kuiper::dtype_name(setup.activation);
   KUIPER_RETURN_IF_ERROR(read_model_shape(&setup.config, &setup.name));
+  KUIPER_ASSIGN_OR_RETURN(setup.quantize, read_quantize());
   doc["model"] = setup.name;
+  doc["quantize"] = setup.quantize.describe();
   Report report;
   // One JSON line per concurrency as it is measured (unless stdout is the JSON document), the
   // file rewritten after each so a run cut short keeps what it measured.
@@ -199,11 +216,14 @@ Status run_on_gpu(const std::string& command) {
     setup.activation = activation;
     setup.copy_gbs = copy_gbs;
     KUIPER_RETURN_IF_ERROR(read_model_shape(&setup.config, &setup.name));
+    KUIPER_ASSIGN_OR_RETURN(setup.quantize, read_quantize());
     const size_t elem = kuiper::dtype_size(activation);
+    const double token_bytes = decode_bytes(setup.config, elem, 0, setup.quantize);
     doc["model"] = setup.name;
-    doc["weights_bytes"] = weight_bytes(setup.config, elem);
-    doc["decode_bytes_context_0"] = decode_bytes(setup.config, elem, 0);
-    doc["ceiling_tok_s_context_0"] = copy_gbs * 1e9 / decode_bytes(setup.config, elem, 0);
+    doc["quantize"] = setup.quantize.describe();
+    doc["weights_bytes"] = weight_bytes(setup.config, elem, setup.quantize);
+    doc["decode_bytes_context_0"] = token_bytes;  // the weight bytes a decode token reads
+    doc["ceiling_tok_s_context_0"] = copy_gbs * 1e9 / token_bytes;
     // Partial results go to the file as they come (not to stdout, which gets the JSON once).
     auto flush = [&]() -> Status {
       if (FLAGS_json.empty() || FLAGS_json == "-") return Status::Ok();

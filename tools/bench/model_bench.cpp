@@ -38,7 +38,8 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
   int64_t biggest_forward = sweep ? 1 : FLAGS_prompt;
   if (!contexts.empty()) biggest_forward = std::min<int64_t>(FLAGS_fill_chunk, contexts.back());
   if (!lengths.empty()) biggest_forward = std::max(biggest_forward, lengths.back());
-  const double weights = weight_bytes(c, elem), kv = kv_cache_bytes(c, elem, max_context);
+  const double weights = weight_bytes(c, elem, setup.quantize);
+  const double kv = kv_cache_bytes(c, elem, max_context);
   const double need = weights + kv + workspace_bytes(c, elem, biggest_forward) +
                       workspace_bytes(c, elem, 1) +
                       16.0 * c.num_heads * static_cast<double>(max_context) * 4 +  // mha scratch
@@ -63,6 +64,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
   options.activation = setup.activation;
   options.max_context = max_context;
   options.cuda_graph = FLAGS_cuda_graph;
+  options.quantize = setup.quantize;
   kuiper::cuda::reset_peak_memory();
   std::unique_ptr<kuiper::Model> model;
   if (!FLAGS_model.empty()) {
@@ -125,7 +127,9 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
     const double prefill = median(prefills), decode = median(decodes);
     const double step_s = FLAGS_gen > 0 ? decode / FLAGS_gen : 0.0;
     const double gbs =
-        step_s > 0 ? decode_bytes(c, elem, FLAGS_prompt + FLAGS_gen / 2.0) / step_s / 1e9 : 0.0;
+        step_s > 0
+            ? decode_bytes(c, elem, FLAGS_prompt + FLAGS_gen / 2.0, setup.quantize) / step_s / 1e9
+            : 0.0;
     const kuiper::cuda::MemoryStats mem = kuiper::cuda::memory_stats();
     report->runs.push_back(json{{"model", setup.name},
                                 {"dtype", kuiper::dtype_name(setup.activation)},
@@ -172,7 +176,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
       KUIPER_RETURN_IF_ERROR(decode_steps(ctx, 2).status());  // warm-up (and graph capture)
       KUIPER_ASSIGN_OR_RETURN(double decode_s, repeated([&] { return decode_steps(ctx, FLAGS_gen); }));
       const double step_s = decode_s / FLAGS_gen;
-      const double bytes = decode_bytes(c, elem, ctx + FLAGS_gen / 2.0);
+      const double bytes = decode_bytes(c, elem, ctx + FLAGS_gen / 2.0, setup.quantize);
       const double gbs = bytes / step_s / 1e9;
       report->decode.push_back(json{{"model", setup.name},
                                     {"attention", kind},

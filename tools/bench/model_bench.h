@@ -8,6 +8,7 @@
 
 #include "kuiper/base/dtype.h"
 #include "kuiper/model/config.h"
+#include "kuiper/model/quantization.h"
 #include "tools/bench/report.h"
 
 namespace kuiper::bench {
@@ -17,6 +18,7 @@ struct ModelSetup {
   std::string name;
   DataType activation;
   double copy_gbs;
+  kuiper::QuantizeSpec quantize;  // --quantize: the random model's projections
 };
 
 // The sweep a model-mode run does for one attention kind.

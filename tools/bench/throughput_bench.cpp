@@ -223,7 +223,8 @@ json point_row(const std::string& kind, const ThroughputSetup& setup, int64_t co
            {"preemptions", s.stats.preemptions},
            {"evictions", s.evictions}};
   if (setup.copy_gbs > 0) {
-    const double bytes = static_cast<double>(s.steps) * decode_bytes(c, elem, 0) + kv_bytes;
+    const double bytes =
+        static_cast<double>(s.steps) * decode_bytes(c, elem, 0, setup.quantize) + kv_bytes;
     const double memory_s = bytes / (setup.copy_gbs * 1e9);
     const double compute_s = flops / (FLAGS_peak_tflops * 1e12);
     row["bytes"] = bytes;
@@ -278,7 +279,7 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
   const int64_t sequences = std::min(concurrency.back(), shape.requests);
   const size_t elem = kuiper::dtype_size(setup.activation);
   if (setup.usable_bytes > 0) {
-    const double weights = weight_bytes(c, elem);
+    const double weights = weight_bytes(c, elem, setup.quantize);
     const double kv = kv_cache_bytes(c, elem, max_context * sequences);
     const double need =
         weights + kv + workspace_bytes(c, elem, FLAGS_max_batch_tokens) + (64 << 20);
@@ -302,6 +303,7 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
   options.max_context = max_context;
   options.max_sequences = sequences;
   options.cuda_graph = FLAGS_cuda_graph && setup.device == DeviceType::kCuda;
+  options.quantize = setup.quantize;
   std::unique_ptr<kuiper::Model> model;
   if (!FLAGS_model.empty()) {
     KUIPER_ASSIGN_OR_RETURN(model, kuiper::Model::load(FLAGS_model, options));

@@ -10,6 +10,7 @@
 
 #include "kuiper/base/dtype.h"
 #include "kuiper/model/config.h"
+#include "kuiper/model/quantization.h"
 #include "tools/bench/report.h"
 
 namespace kuiper::bench {
@@ -21,6 +22,7 @@ struct ThroughputSetup {
   DataType activation = DataType::kFp16;
   double copy_gbs = 0;      // the roofline's bandwidth; 0: no roofline (the CPU)
   double usable_bytes = 0;  // GPU memory the model may take; 0: not checked
+  kuiper::QuantizeSpec quantize;  // --quantize: the random model's projections
 };
 
 // The concurrency sweep for one attention kind, one row per concurrency in report->throughput;
