@@ -2,6 +2,7 @@
 // Kuiper's, tiny quantized models against the fp32 forward of their dequantized weights,
 // kuiper-convert --quantize's round trip, and the model file's checks of quantized tensors.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "kuiper/model/qwen_model.h"
 #include "kuiper/op/ops.h"
 #include "support/assertions.h"
+#include "support/cli.h"
 #include "support/fixture_checkpoint.h"
 #include "support/paths.h"
 
@@ -522,6 +524,61 @@ TEST(QuantizedCheckpoint, ActOrderGIdxIsRefused) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("act-order"), std::string::npos) << s.message();
   EXPECT_FALSE(std::filesystem::exists(dir.file("q.bin")));
+}
+
+// scripts/make_quantized_fixtures.py writes each published layout from a 16-bit checkpoint
+// (plain python3); what kuiper-convert reads back is the checkpoint's weights within the
+// quantizer's bound, and it runs.
+TEST(QuantizedCheckpoint, ScriptFixturesReadBackWithinTheBound) {
+  TempDir dir;
+  const json config = json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "vocab_size": 512, "hidden_size": 128,
+    "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 64, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16"})");
+  ASSERT_OK(test::write_checkpoint(config, dir.file("bf16")));
+  const std::string script = test::test_data_dir() + "/../../scripts/make_quantized_fixtures.py";
+  const std::string command = "python3 " + test::shell_quote(script) + " " +
+                              test::shell_quote(dir.file("bf16")) + " " +
+                              test::shell_quote(dir.file("out")) + " > /dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  Result<SafetensorsCheckpoint> source = SafetensorsCheckpoint::open(dir.file("bf16"));
+  ASSERT_OK(source.status());
+  for (const char* format : {"awq", "gptq-int4", "gptq-int8", "fp8"}) {
+    SCOPED_TRACE(format);
+    const std::string out = dir.file(std::string(format) + ".bin");
+    ASSERT_OK(convert_checkpoint(dir.file("out/") + format, out, std::nullopt));
+    Result<std::shared_ptr<ModelFile>> file = ModelFile::open(out);
+    ASSERT_OK(file.status());
+    for (const std::string& name : quantizable_tensors((*file)->config())) {
+      Result<op::Weight> w = (*file)->weight(name);
+      ASSERT_OK(w.status());
+      if (name == "lm_head.weight") {  // the releases keep it 16-bit
+        EXPECT_FALSE(w->quantized());
+        continue;
+      }
+      ASSERT_TRUE(w->quantized()) << name;
+      const std::vector<float> d = dequantized(*w);
+      const SafetensorsTensor* t = source->find(name);
+      std::vector<float> orig(d.size());
+      ASSERT_OK(convert_elements(t->data, t->dtype, orig.data(), DataType::kFp32, orig.size()));
+      const int64_t K = w->cols();
+      for (size_t i = 0; i < d.size(); ++i) {
+        const int64_t n = static_cast<int64_t>(i) / K, k = static_cast<int64_t>(i) % K;
+        const int64_t sc = w->scales.dim(1);
+        const double bound =
+            w->format == op::WeightFormat::kFp8
+                ? std::max(std::fabs(orig[i]) * 0x1p-4,
+                           w->scales.data<float>()[(n / w->block_rows) * sc + k / w->block_cols] *
+                               0x1p-10)
+                : fp16_to_float(w->scales.data<uint16_t>()[n * sc + k / w->block_cols]);
+        ASSERT_LE(std::fabs(d[i] - orig[i]), bound) << name << " [" << n << ", " << k << "]";
+      }
+    }
+    const std::vector<float> logits = prompt_logits(out, {1, 2, 3, 4});
+    ASSERT_FALSE(logits.empty());
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  }
 }
 
 // ---- kuiper-convert --quantize ----
