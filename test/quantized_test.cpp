@@ -634,6 +634,30 @@ TEST(ConvertQuantize, RoundTripIsWithinTheQuantizersBound) {
   }
 }
 
+TEST(ConvertQuantize, TheVisionTowerStaysSixteenBit) {
+  TempDir dir;
+  ASSERT_OK(
+      test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-vl-tiny", dir.file("hf")));
+  ASSERT_OK(convert_checkpoint(dir.file("hf"), dir.file("vl.bin"), std::nullopt, nullptr,
+                               QuantizeSpec{op::WeightFormat::kInt8, 128}));
+  Result<std::shared_ptr<ModelFile>> file = ModelFile::open(dir.file("vl.bin"));
+  ASSERT_OK(file.status());
+  const std::vector<std::string> text = quantizable_tensors((*file)->config());
+  Result<std::vector<std::pair<std::string, QuantizedEntry>>> q =
+      parse_quantization((*file)->metadata());
+  ASSERT_OK(q.status());
+  EXPECT_EQ(q->size(), text.size() - 1);  // every text projection; lm_head stays
+  int64_t vision = 0;
+  for (const TensorSpec& spec : expected_vision_tensors(*(*file)->config().vision)) {
+    EXPECT_EQ((*file)->find(spec.name)->dtype, DataType::kBf16) << spec.name;
+    ++vision;
+  }
+  EXPECT_GT(vision, 0);
+  ModelOptions options;
+  options.max_context = 16;
+  ASSERT_OK(Model::load(dir.file("vl.bin"), options).status());
+}
+
 TEST(ConvertQuantize, ShapesTheFormatCannotHoldAreRefused) {
   TempDir dir;
   ASSERT_OK(test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", dir.file("hf")));
