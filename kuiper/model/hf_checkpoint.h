@@ -28,10 +28,10 @@ struct HfCheckpoint {
   SafetensorsCheckpoint weights;
 };
 
-// Reads `dir`: config.json (an unsupported architecture or quantization is an error), tokenizer.json and
-// tokenizer_config.json (both required: the model file embeds them), preprocessor_config.json
-// if present, and the safetensors (single or sharded). Tensors are checked by
-// convert_checkpoint, not here.
+// Reads `dir`: config.json (an unsupported architecture or quantization is an error),
+// tokenizer.json and tokenizer_config.json (both required: the model file embeds them),
+// preprocessor_config.json if present, and the safetensors (single or sharded). Tensors are
+// checked by convert_checkpoint, not here.
 Result<HfCheckpoint> read_hf_checkpoint(const std::string& dir);
 
 struct ConvertProgress {

@@ -25,7 +25,8 @@ struct SafetensorsTensor {
 class SafetensorsFile {
  public:
   // Maps `path` and validates the header: its length, its JSON, each tensor's dtype (BF16, F16,
-  // F32, I32, U8 or F8_E4M3; others are an error naming the tensor), shape, and data offsets within the file.
+  // F32, I32, U8 or F8_E4M3; others are an error naming the tensor), shape, and data offsets
+  // within the file.
   static Result<SafetensorsFile> open(const std::string& path);
 
   const std::string& path() const { return path_; }
