@@ -12,6 +12,7 @@
 
 #include "kuiper/base/allocator.h"
 #include "kuiper/model/model.h"
+#include "kuiper/model/quantization.h"
 #include "kuiper/op/ops.h"
 #include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
@@ -129,6 +130,40 @@ TEST(CudaModel, RandomModelMatchesCpu) {
         EXPECT_EQ(got->tokens, ref->tokens);
         for (size_t i = 0; i < ref->logits.size(); ++i) {
           EXPECT_LE(test::max_abs_error(got->logits[i], ref->logits[i]), 1e-4) << "step " << i;
+        }
+      }
+    }
+  }
+}
+
+// Quantized random models (the same float weights quantized on each device, bit-exact) on the
+// GPU, every attention kind, eager and through the decode graph: the CPU's greedy tokens and
+// logits.
+TEST(CudaModel, QuantizedRandomModelMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  const ModelConfig c = small_config(Architecture::kQwen3);
+  for (const char* format : {"int4", "int8", "fp8"}) {
+    Result<QuantizeSpec> spec = parse_quantize_spec(format, 32);
+    ASSERT_OK(spec);
+    ModelOptions cpu_options;
+    cpu_options.max_context = 1024;
+    cpu_options.quantize = *spec;
+    Result<std::unique_ptr<Model>> cpu = Model::random(c, cpu_options);
+    ASSERT_OK(cpu);
+    Result<GreedyRun> ref = greedy(**cpu, kPrompt, 6);
+    ASSERT_OK(ref);
+    for (AttentionKind kind : kKinds) {
+      for (bool graph : {false, true}) {
+        SCOPED_TRACE(std::string(format) + " " + attention_name(kind) + (graph ? " graph" : ""));
+        ModelOptions o = gpu_options(kind, DataType::kFp32, graph);
+        o.quantize = *spec;
+        Result<std::unique_ptr<Model>> gpu = Model::random(c, o);
+        ASSERT_OK(gpu);
+        Result<GreedyRun> got = greedy(**gpu, kPrompt, 6);
+        ASSERT_OK(got);
+        EXPECT_EQ(got->tokens, ref->tokens);
+        for (size_t i = 0; i < ref->logits.size(); ++i) {
+          EXPECT_LE(test::max_abs_error(got->logits[i], ref->logits[i]), 1e-3) << "step " << i;
         }
       }
     }
