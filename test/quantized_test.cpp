@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -22,6 +23,7 @@
 #include "support/assertions.h"
 #include "support/cli.h"
 #include "support/fixture_checkpoint.h"
+#include "support/golden.h"
 #include "support/paths.h"
 #include "support/tensors.h"
 
@@ -440,8 +442,9 @@ TEST_P(QuantizedFixture, LogitsEqualTheDequantizedFp32Model) {
 }
 
 // On the GPU (the fused GEMV for decode rows, the dequantized GEMM for the prompt, the decode
-// graph; fp32 and bf16 activations): every row's logits within 1e-2 of the CPU's fp32 forward of
-// the dequantized weights, and the same greedy continuation.
+// graph) against the CPU's fp32 forward of the dequantized weights: in fp32 every prompt row's
+// logits within 1e-2 relative and the same greedy continuation; in bf16 within the 16-bit
+// tolerance, with the top token wherever the reference's top-two margin exceeds it.
 TEST_P(QuantizedFixture, CudaLogitsEqualTheDequantizedFp32Model) {
   SKIP_WITHOUT_CUDA();
   TempDir dir;
@@ -455,6 +458,7 @@ TEST_P(QuantizedFixture, CudaLogitsEqualTheDequantizedFp32Model) {
   const size_t V = r.size() / ids.size();
   for (const DataType act : {DataType::kFp32, DataType::kBf16}) {
     SCOPED_TRACE(dtype_name(act));
+    const double tol = act == DataType::kFp32 ? 1e-2 : test::kHalfTolerance;
     ModelOptions options;
     options.device = DeviceType::kCuda;
     options.activation = act;
@@ -462,17 +466,23 @@ TEST_P(QuantizedFixture, CudaLogitsEqualTheDequantizedFp32Model) {
     std::vector<int32_t> q_greedy;
     const std::vector<float> q = prompt_logits(dir.file("q.bin"), ids, 8, &q_greedy, options);
     ASSERT_EQ(q.size(), r.size());
-    EXPECT_EQ(q_greedy, r_greedy);
+    if (act == DataType::kFp32) EXPECT_EQ(q_greedy, r_greedy);
     for (size_t t = 0; t < ids.size(); ++t) {
-      const float* a = q.data() + t * V;
-      const float* b = r.data() + t * V;
+      std::vector<float> a(q.begin() + t * V, q.begin() + (t + 1) * V);
+      std::vector<float> b(r.begin() + t * V, r.begin() + (t + 1) * V);
       double err = 0, scale = 0;
       for (size_t v = 0; v < V; ++v) {
         err = std::max(err, std::fabs(double(a[v]) - b[v]));
         scale = std::max(scale, std::fabs(double(b[v])));
       }
-      EXPECT_LE(err / scale, 1e-2) << "row " << t;
-      EXPECT_EQ(std::max_element(a, a + V) - a, std::max_element(b, b + V) - b) << "row " << t;
+      EXPECT_LE(err / scale, tol) << "row " << t;
+      std::vector<float> sorted = b;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+      if (act == DataType::kFp32 || sorted[0] - sorted[1] > tol * scale) {
+        EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(),
+                  std::max_element(b.begin(), b.end()) - b.begin())
+            << "row " << t;
+      }
     }
   }
 }
