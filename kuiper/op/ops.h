@@ -163,7 +163,8 @@ struct TokenProbability {
 // (growing it only for more rows), so a decode step allocates nothing (and can be captured in a
 // graph later). The CPU kernel does not use it.
 struct SampleWorkspace {
-  // CUB's double buffers of (key, id) pairs, [S, V]: a key is the row's index above its warped
+  // CUB's double buffers of (key, id) pairs, [S, V] for the S rows of one sort (at most 64, so
+  // 24 bytes a row and vocabulary entry stay bounded): a key is the row's index above its warped
   // logit's bits, ordered so that one radix sort of all S rows leaves each row most likely first.
   // Stored as uint8 bytes (8 a key); the sort leaves its result in either buffer.
   Tensor keys, alt_keys;
@@ -193,7 +194,8 @@ Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& pa
 // token op::sample gives for logits row rows[i].row (logits fp32 [R, V]) with rows[i]'s window of
 // `recent` (every row's window packed into one host array), its params and its uniform. On the
 // GPU the table and the ids go up in one copy that does not wait for the device, one pipeline
-// runs every row (one sort for all of them), and nothing comes back until the caller copies out.
+// runs every row (one sort for up to 64 of them), and nothing comes back until the caller copies
+// out.
 Status sample_rows(const Tensor& logits, const std::vector<SampleRow>& rows,
                    const std::vector<int32_t>& recent, SampleWorkspace& workspace, Tensor& out);
 

@@ -158,7 +158,7 @@ TEST(SampleRows, CudaMatchesSampleRowByRowOnQwensVocabulary) {
   SKIP_WITHOUT_CUDA();
   const int64_t V = 151936;
   op::SampleWorkspace ws;
-  for (int64_t S : {1, 8, 64, 256}) {
+  for (int64_t S : {1, 8, 64, 100, 256}) {  // 100: a full sort of 64 rows and one of 36
     Tensor logits = *Tensor::empty({S, V}, DataType::kFp32, DeviceType::kCuda);
     ASSERT_OK(op::fill_random(logits, static_cast<uint64_t>(S), 8.0f, 0.0f));
     const Batch batch = make_batch(S, S, V, static_cast<uint64_t>(S) + 100);

@@ -5,9 +5,9 @@
 // each with its own SampleRow in a device table):
 //   1. keys[r][i] = row r's penalised(logit[i]) * (1 / temperature) as a sort key with r above
 //      it, ids[r][i] = i;
-//   2. one radix sort of all S * V (key, id) pairs: rows stay apart (r is the key's top bits)
-//      and each comes out most likely first; the sort is stable, so equal logits keep the lower
-//      id first, the CPU's tie rule;
+//   2. one radix sort of all S * V (key, id) pairs (S up to kRowsPerSort, more rows take several
+//      sorts): rows stay apart (r is the key's top bits) and each comes out most likely first;
+//      the sort is stable, so equal logits keep the lower id first, the CPU's tie rule;
 //   3. one block a row over its first n = top_k (or V) sorted keys: softmax in double, top-p
 //      prefix, min-p cut, renormalise, inverse-CDF draw at the host's uniform (greedy rows take
 //      the first key, the arg-max).
@@ -27,6 +27,10 @@ namespace kuiper::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+// Rows sorted together at most: the workspace holds 24 bytes per row and vocabulary entry (233 MB
+// for 64 rows of Qwen's 151936), allocated after the KV pool took its share of the memory, and
+// 64 rows already fill the GPU (one sort of 256 rows is only about a tenth faster than four).
+constexpr int64_t kRowsPerSort = 64;
 
 __device__ float inv_temperature(const op::SampleParams& p) {
   return p.temperature == 0.0f ? 1.0f : __fdiv_rn(1.0f, p.temperature);
@@ -274,9 +278,10 @@ Status sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
                    const std::vector<int32_t>& recent, op::SampleWorkspace& ws, Tensor& out) {
   const int64_t S = static_cast<int64_t>(rows.size());
   const int64_t V = logits.dim(1);
-  if (S * V > INT32_MAX) {
-    return Status::Error("sample_rows: " + std::to_string(S) + " rows of " + std::to_string(V) +
-                         " are more than one radix sort takes");
+  const int64_t per_sort = std::min(S, kRowsPerSort);
+  if (per_sort * V > INT32_MAX) {
+    return Status::Error("sample_rows: " + std::to_string(per_sort) + " rows of " +
+                         std::to_string(V) + " are more than one radix sort takes");
   }
   // The table, then the windows' ids: one copy up.
   const size_t table_bytes = rows.size() * sizeof(op::SampleRow);
@@ -285,19 +290,24 @@ Status sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
   if (!recent.empty()) {
     std::memcpy(table.data() + table_bytes, recent.data(), recent.size() * sizeof(int32_t));
   }
-  int64_t longest = 0;
-  for (const op::SampleRow& r : rows) {
-    if (r.params.repeat_penalty != 1.0f) longest = std::max(longest, r.recent_count);
-  }
-  KUIPER_RETURN_IF_ERROR(prepare(ws, S, V, table.size()));
+  KUIPER_RETURN_IF_ERROR(prepare(ws, per_sort, V, table.size()));
   // From pageable memory: staged by the driver before the call returns, without a device sync.
   KUIPER_CUDA_CHECK(cudaMemcpyAsync(ws.table.raw(), table.data(), table.size(),
                                     cudaMemcpyHostToDevice, stream()));
   const auto* device_table = static_cast<const unsigned char*>(ws.table.raw());
-  return run_rows(logits.data<float>(), S, V,
-                  reinterpret_cast<const op::SampleRow*>(device_table),
-                  reinterpret_cast<const int32_t*>(device_table + table_bytes), longest, ws,
-                  out.data<int32_t>());
+  const auto* device_rows = reinterpret_cast<const op::SampleRow*>(device_table);
+  const auto* device_recent = reinterpret_cast<const int32_t*>(device_table + table_bytes);
+  for (int64_t first = 0; first < S; first += per_sort) {
+    const int64_t n = std::min(per_sort, S - first);
+    int64_t longest = 0;
+    for (int64_t i = first; i < first + n; ++i) {
+      const op::SampleRow& r = rows[static_cast<size_t>(i)];
+      if (r.params.repeat_penalty != 1.0f) longest = std::max(longest, r.recent_count);
+    }
+    KUIPER_RETURN_IF_ERROR(run_rows(logits.data<float>(), n, V, device_rows + first,
+                                    device_recent, longest, ws, out.data<int32_t>() + first));
+  }
+  return Status::Ok();
 }
 
 }  // namespace kuiper::cuda
