@@ -477,8 +477,9 @@ TEST(Engine, ThePrefixCacheTellsImagesApart) {
 // ---------------------------------------------------------------------------- tiny fixtures
 
 std::unique_ptr<Model> load_fixture(const std::string& fixture, int64_t sequences,
-                                    int64_t max_context) {
+                                    int64_t max_context, DeviceType device = DeviceType::kCpu) {
   ModelOptions options;
+  options.device = device;
   options.max_context = max_context;
   options.max_sequences = sequences;
   options.prefill_chunk = 16;
@@ -490,10 +491,11 @@ std::unique_ptr<Model> load_fixture(const std::string& fixture, int64_t sequence
 
 // Each prompt alone through a Generator on a fresh model of one sequence.
 std::vector<Result<Generation>> generate_alone(const std::string& fixture,
-                                               const std::vector<Prompt>& prompts) {
+                                               const std::vector<Prompt>& prompts,
+                                               DeviceType device = DeviceType::kCpu) {
   std::vector<Result<Generation>> out;
   for (const Prompt& p : prompts) {
-    std::unique_ptr<Model> model = load_fixture(fixture, 1, 192);
+    std::unique_ptr<Model> model = load_fixture(fixture, 1, 192, device);
     if (model == nullptr) return out;
     Generator generator(*model, qwen_tokenizer());
     out.push_back(generator.generate_with_images(p.ids, p.images, p.options));
@@ -534,6 +536,48 @@ TEST(EngineFixture, SeededQwen3SamplingAloneEqualsInABatch) {
   ASSERT_OK(alone[0]);
   ASSERT_OK(alone[1]);
   EXPECT_NE(alone[0]->ids, alone[1]->ids);
+}
+
+// Every kind of sampling in one batch: the rows op::sample_rows draws together (warpers,
+// penalties, greedy with the penalty), a plain greedy row and one with OpenAI's penalties (the
+// host's), each the same tokens as alone through the Generator (op::sample), on every device.
+void expect_mixed_sampling_alone_equals_in_a_batch(DeviceType device) {
+  const test::Golden g = test::Golden::load("qwen3-tiny");
+  const std::vector<int32_t>& chat = g.at("chat.ids").i32;
+  const std::vector<int32_t>& long_ids = g.at("long.ids").i32;
+  const std::vector<int32_t> other(long_ids.begin(), long_ids.begin() + 30);
+  GenerationOptions defaults = seeded(8, 21);  // llama.cpp's warpers with a penalty
+  defaults.sampling = SamplingParams{};
+  defaults.sampling.seed = 21;
+  defaults.sampling.repeat_penalty = 1.3f;
+  GenerationOptions tight = seeded(8, 22);
+  tight.sampling.temperature = 0.7f;
+  tight.sampling.top_p = 0.5f;
+  GenerationOptions wide = seeded(8, 23);
+  wide.sampling.top_k = 5;
+  wide.sampling.min_p = 0.1f;
+  GenerationOptions greedy_penalised = greedy(8);
+  greedy_penalised.sampling.repeat_penalty = 1.5f;
+  greedy_penalised.sampling.repeat_last_n = -1;
+  GenerationOptions presence = seeded(8, 24);
+  presence.sampling.presence_penalty = 1.0f;
+  const std::vector<Prompt> prompts = {{chat, defaults},        {other, tight},
+                                       {chat, wide},            {other, greedy_penalised},
+                                       {chat, greedy(8)},       {other, presence}};
+  const std::vector<Result<Generation>> alone = generate_alone("qwen3-tiny", prompts, device);
+  std::unique_ptr<Model> model = load_fixture("qwen3-tiny", 6, 192, device);
+  ASSERT_NE(model, nullptr);
+  std::unique_ptr<Engine> engine = make_engine(*model, engine_options(6, 128));
+  expect_same_tokens(run_all(*engine, prompts), alone);
+}
+
+TEST(EngineFixture, MixedQwen3SamplingAloneEqualsInABatch) {
+  expect_mixed_sampling_alone_equals_in_a_batch(DeviceType::kCpu);
+}
+
+TEST(EngineFixture, MixedQwen3SamplingAloneEqualsInABatchOnCuda) {
+  SKIP_WITHOUT_CUDA();
+  expect_mixed_sampling_alone_equals_in_a_batch(DeviceType::kCuda);
 }
 
 TEST(EngineFixture, Qwen3VLImagePromptBesideTextMatchesEachAlone) {

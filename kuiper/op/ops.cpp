@@ -77,6 +77,12 @@ Status check_rope(const char* op, const RopeParams& rope) {
             : fail(op, "bad rotary parameters (theta " + std::to_string(rope.theta) + ")");
 }
 
+bool sample_params_in_range(const SampleParams& params, double uniform) {
+  return params.temperature >= 0.0f && params.top_k >= 0 && params.top_p > 0.0f &&
+         params.top_p <= 1.0f && params.min_p >= 0.0f && params.min_p <= 1.0f &&
+         params.repeat_penalty > 0.0f && uniform >= 0.0 && uniform < 1.0;
+}
+
 }  // namespace
 
 #ifdef KUIPER_WITH_CUDA
@@ -429,12 +435,7 @@ Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& pa
     KUIPER_RETURN_IF_ERROR(same_device("sample", {&logits, &recent}));
     if (recent.dtype() != DataType::kInt32) return fail("sample", "bad recent " + recent.describe());
   }
-  if (!(params.temperature >= 0.0f) || params.top_k < 0 ||
-      !(params.top_p > 0.0f && params.top_p <= 1.0f) ||
-      !(params.min_p >= 0.0f && params.min_p <= 1.0f) || !(params.repeat_penalty > 0.0f) ||
-      !(uniform >= 0.0 && uniform < 1.0)) {
-    return fail("sample", "parameters out of range");
-  }
+  if (!sample_params_in_range(params, uniform)) return fail("sample", "parameters out of range");
 #ifdef KUIPER_WITH_CUDA
   if (logits.device() == DeviceType::kCuda) {
     return cuda::sample(logits, recent, params, uniform, workspace, out);
@@ -442,6 +443,39 @@ Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& pa
 #endif
   (void)workspace;  // the CPU kernel sorts in place and needs none
   cpu::sample(logits, recent, params, uniform, out);
+  return Status::Ok();
+}
+
+Status sample_rows(const Tensor& logits, const std::vector<SampleRow>& rows,
+                   const std::vector<int32_t>& recent, SampleWorkspace& workspace, Tensor& out) {
+  if (!logits.defined() || logits.dtype() != DataType::kFp32 || logits.ndim() != 2 ||
+      logits.numel() == 0 || logits.dim(1) > INT32_MAX) {
+    return fail("sample_rows", "logits must be non-empty fp32 [R, V], not " +
+                                   (logits.defined() ? logits.describe() : "undefined tensor"));
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (n == 0 || !out.defined() || out.dtype() != DataType::kInt32 || out.numel() != n) {
+    return fail("sample_rows", "out must be int32[" + std::to_string(n) + "] for " +
+                                   std::to_string(n) + " rows, not " +
+                                   (out.defined() ? out.describe() : "undefined tensor"));
+  }
+  KUIPER_RETURN_IF_ERROR(same_device("sample_rows", {&logits, &out}));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SampleRow& r = rows[i];
+    if (r.row < 0 || r.row >= logits.dim(0) || r.recent_begin < 0 || r.recent_count < 0 ||
+        r.recent_begin + r.recent_count > static_cast<int64_t>(recent.size()) ||
+        !sample_params_in_range(r.params, r.uniform)) {
+      return fail("sample_rows", "row " + std::to_string(i) + " (logits row " +
+                                     std::to_string(r.row) + ") out of range");
+    }
+  }
+#ifdef KUIPER_WITH_CUDA
+  if (logits.device() == DeviceType::kCuda) {
+    return cuda::sample_rows(logits, rows, recent, workspace, out);
+  }
+#endif
+  (void)workspace;
+  cpu::sample_rows(logits, rows, recent, out);
   return Status::Ok();
 }
 

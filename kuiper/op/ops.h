@@ -158,13 +158,28 @@ struct TokenProbability {
   float probability = 0.0f;
 };
 
-// Device scratch of op::sample, owned by the caller and kept across steps: the kernel sizes it
-// on first use for a vocabulary and reuses it after, so a decode step allocates nothing (and can
-// be captured in a graph later). The CPU kernel does not use it.
+// Device scratch of op::sample and op::sample_rows, owned by the caller and kept across steps:
+// the kernel sizes it on first use for a vocabulary and a number of rows and reuses it after
+// (growing it only for more rows), so a decode step allocates nothing (and can be captured in a
+// graph later). The CPU kernel does not use it.
 struct SampleWorkspace {
-  Tensor keys, ids;                // warped logits and their ids, [V]
-  Tensor sorted_keys, sorted_ids;  // the same, most likely first
-  Tensor sort_temp;                // CUB's radix-sort scratch
+  // CUB's double buffers of (key, id) pairs, [S, V] for the S rows of one sort (at most 64, so
+  // 24 bytes a row and vocabulary entry stay bounded): a key is the row's index above its warped
+  // logit's bits, ordered so that one radix sort of all S rows leaves each row most likely first.
+  // Stored as uint8 bytes (8 a key); the sort leaves its result in either buffer.
+  Tensor keys, alt_keys;
+  Tensor ids, alt_ids;  // int32 [S, V]
+  Tensor sort_temp;     // CUB's radix-sort scratch
+  Tensor table;         // the rows' SampleRow table, then their recent ids (bytes)
+};
+
+// One row of op::sample_rows: its row of logits, its warpers, its draw and its penalty window.
+struct SampleRow {
+  int64_t row = 0;  // the row of logits
+  SampleParams params;
+  double uniform = 0.0;       // in [0, 1); read only when params.temperature > 0
+  int64_t recent_begin = 0;   // the window of the repetition penalty:
+  int64_t recent_count = 0;   // recent[recent_begin, recent_begin + recent_count)
 };
 
 // The next token of a row of logits (fp32 [V]): every distinct id of `recent` (int32 [n] on the
@@ -174,6 +189,15 @@ struct SampleWorkspace {
 // the GPU pick the same token for the same random sequence. out: int32 [1] on the logits' device.
 Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& params,
               double uniform, SampleWorkspace& workspace, Tensor& out);
+
+// op::sample for many rows at once: out[i] (int32 [rows.size()] on the logits' device) is the
+// token op::sample gives for logits row rows[i].row (logits fp32 [R, V]) with rows[i]'s window of
+// `recent` (every row's window packed into one host array), its params and its uniform. On the
+// GPU the table and the ids go up in one copy that does not wait for the device, one pipeline
+// runs every row (one sort for up to 64 of them), and nothing comes back until the caller copies
+// out.
+Status sample_rows(const Tensor& logits, const std::vector<SampleRow>& rows,
+                   const std::vector<int32_t>& recent, SampleWorkspace& workspace, Tensor& out);
 
 // The host pieces of op::sample's CPU kernel, on plain arrays, for the runtime's host Sampler
 // (the reference the GPU kernel is tested against). Preconditions, not checked: vocab > 0,

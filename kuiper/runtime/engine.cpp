@@ -309,7 +309,28 @@ Status Engine::run(const std::vector<Entry*>& entries,
     KUIPER_ASSIGN_OR_RETURN(const Tensor host, ids.to(DeviceType::kCpu));
     argmax.assign(host.data<int32_t>(), host.data<int32_t>() + host.numel());
   }
+  // Every other row the device can sample goes through one op::sample_rows call and one copy
+  // back (a lone plain greedy row keeps op::sample's arg-max, which needs no sort). Each request
+  // still draws its uniform from its own generator, once a step as alone, so a seed gives the
+  // same tokens whatever else is in the batch.
+  std::vector<op::SampleRow> sample_rows;
+  std::vector<int32_t> recent;
+  std::vector<int64_t> sampled_at(static_cast<size_t>(logits.dim(0)), -1);  // row -> its index
   int64_t row = 0;
+  for (const Entry* e : entries) {
+    if (e->input.logits != LogitRows::kLast) continue;
+    const int64_t at = row++;
+    Sampler& sampler = e->request->sampler;
+    if (plain_argmax(sampler) || !sampler.samples_on_device()) continue;
+    sampled_at[static_cast<size_t>(at)] = static_cast<int64_t>(sample_rows.size());
+    sample_rows.push_back(sampler.sample_row(at, e->request->sequence.tokens, &recent));
+  }
+  std::vector<int32_t> sampled;
+  Status sampled_status = Status::Ok();
+  if (!sample_rows.empty()) {
+    sampled_status = sample_batch(logits, sample_rows, recent, &sampled);
+  }
+  row = 0;
   for (Entry* e : entries) {
     Request& r = *e->request;
     scheduler_.completed(e->span);
@@ -319,9 +340,16 @@ Status Engine::run(const std::vector<Entry*>& entries,
     if (e->input.logits != LogitRows::kLast) continue;
     const int64_t at = row++;
     const Tensor row_logits = logits.rows(at, 1);
-    Result<int32_t> id = !argmax.empty() && plain_argmax(r.sampler)
-                             ? Result<int32_t>(argmax[static_cast<size_t>(at)])
-                             : r.sampler.sample(row_logits, r.sequence.tokens);
+    const int64_t batched = sampled_at[static_cast<size_t>(at)];
+    auto token = [&]() -> Result<int32_t> {
+      if (batched >= 0) {
+        KUIPER_RETURN_IF_ERROR(sampled_status);
+        return sampled[static_cast<size_t>(batched)];
+      }
+      if (!argmax.empty() && plain_argmax(r.sampler)) return argmax[static_cast<size_t>(at)];
+      return r.sampler.sample(row_logits, r.sequence.tokens);
+    };
+    Result<int32_t> id = token();
     if (!id.ok()) {
       fail(r, id.status(), finished);
       continue;
@@ -341,6 +369,18 @@ Status Engine::run(const std::vector<Entry*>& entries,
     advance(r, *id, logprob ? &*logprob : nullptr, finished);
   }
   return Status::Ok();
+}
+
+Status Engine::sample_batch(const Tensor& logits, const std::vector<op::SampleRow>& rows,
+                            const std::vector<int32_t>& recent, std::vector<int32_t>* tokens) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (!sampled_.defined() || sampled_.device() != logits.device() || sampled_.numel() < n) {
+    KUIPER_ASSIGN_OR_RETURN(sampled_, Tensor::empty({n}, DataType::kInt32, logits.device()));
+  }
+  Tensor out = sampled_.rows(0, n);
+  KUIPER_RETURN_IF_ERROR(op::sample_rows(logits, rows, recent, sample_workspace_, out));
+  tokens->resize(static_cast<size_t>(n));
+  return Tensor::view(tokens->data(), {n}, DataType::kInt32, DeviceType::kCpu).copy_from(out);
 }
 
 void Engine::advance(Request& r, int32_t id, TokenLogprob* logprob,

@@ -21,6 +21,7 @@
 
 #include "kuiper/model/model.h"
 #include "kuiper/model/rope_index.h"
+#include "kuiper/op/ops.h"
 #include "kuiper/runtime/block_pool.h"
 #include "kuiper/runtime/generation.h"
 #include "kuiper/runtime/scheduler.h"
@@ -111,6 +112,9 @@ class Engine {
   Status prepare(Request& request, const ScheduledSpan& span, Entry* entry);
   // Runs `entries` in one forward, then samples and advances every request whose span sampled.
   Status run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished);
+  // op::sample_rows over `logits` and its tokens copied to the host, in `rows` order.
+  Status sample_batch(const Tensor& logits, const std::vector<op::SampleRow>& rows,
+                      const std::vector<int32_t>& recent, std::vector<int32_t>* tokens);
   // The request sampled `id` (with its log-probabilities when the request asked for them).
   void advance(Request& request, int32_t id, TokenLogprob* logprob,
                std::vector<FinishedRequest>* finished);
@@ -126,6 +130,10 @@ class Engine {
   Scheduler scheduler_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   std::vector<float> logits_row_;  // a host copy of a row, for requests asking for logprobs
+  // op::sample_rows' scratch and its tokens (int32, room for the largest step so far), kept
+  // across steps so a step allocates nothing.
+  op::SampleWorkspace sample_workspace_;
+  Tensor sampled_;
   int64_t next_id_ = 1;
   StepStats last_step_;
 };

@@ -114,6 +114,20 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   return id;
 }
 
+op::SampleRow Sampler::sample_row(int64_t row, const std::vector<int32_t>& history,
+                                  std::vector<int32_t>* recent) {
+  const std::vector<int32_t> ids = this->recent(history);
+  op::SampleRow out;
+  out.row = row;
+  out.params = op_params();
+  out.recent_begin = static_cast<int64_t>(recent->size());
+  out.recent_count = static_cast<int64_t>(ids.size());
+  recent->insert(recent->end(), ids.begin(), ids.end());
+  // Drawn only when not greedy, as sample() does, so every path consumes the same sequence.
+  out.uniform = greedy() ? 0.0 : uniform();
+  return out;
+}
+
 Result<int32_t> Sampler::sample(const Tensor& logits, const std::vector<int32_t>& history) {
   const DeviceType device = logits.device();
   if (occurrence_penalties()) {

@@ -63,6 +63,15 @@ class Sampler {
   // 4-byte token comes back.
   Result<int32_t> sample(const Tensor& logits, const std::vector<int32_t>& history);
 
+  // Whether op::sample_rows can draw this sampler's tokens: it knows every penalty but OpenAI's,
+  // whose counts live here.
+  bool samples_on_device() const { return !occurrence_penalties(); }
+  // This step's row of op::sample_rows for logits row `row`, which then gives the token
+  // sample() would: appends the repetition penalty's window of `history` to `recent` and draws
+  // the uniform (when not greedy) from this sampler's generator. Only when samples_on_device().
+  op::SampleRow sample_row(int64_t row, const std::vector<int32_t>& history,
+                           std::vector<int32_t>* recent);
+
   // The tokens a non-greedy draw chooses among after the penalty and the warpers, most likely
   // first, with their renormalised probabilities.
   std::vector<TokenProbability> candidates(const float* logits, int64_t vocab,

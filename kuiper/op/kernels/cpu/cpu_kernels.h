@@ -37,6 +37,9 @@ void argmax(const Tensor& logits, Tensor& out);
 void fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
             double uniform, Tensor& out);
+// sample for each row (the reference of the batched CUDA pipeline).
+void sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
+                 const std::vector<int32_t>& recent, Tensor& out);
 // The pieces of sample (op::repetition_penalty, op::sample_candidates, op::draw).
 void repetition_penalty(float penalty, const int32_t* recent, int64_t n, float* logits,
                         int64_t vocab);

@@ -108,4 +108,21 @@ void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& 
           : cpu::draw(cpu::sample_candidates(scores, vocab, params), uniform);
 }
 
+void sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
+                 const std::vector<int32_t>& recent, Tensor& out) {
+  const int64_t vocab = logits.dim(1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const op::SampleRow& r = rows[i];
+    const Tensor row = Tensor::view(logits.data<float>() + r.row * vocab, {vocab},
+                                    DataType::kFp32, DeviceType::kCpu);
+    const Tensor window =
+        r.recent_count == 0
+            ? Tensor()
+            : Tensor::view(const_cast<int32_t*>(recent.data()) + r.recent_begin,
+                           {r.recent_count}, DataType::kInt32, DeviceType::kCpu);
+    Tensor token = Tensor::view(out.data<int32_t>() + i, {1}, DataType::kInt32, DeviceType::kCpu);
+    sample(row, window, r.params, r.uniform, token);
+  }
+}
+
 }  // namespace kuiper::cpu

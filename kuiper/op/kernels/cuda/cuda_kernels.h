@@ -40,6 +40,9 @@ Status argmax(const Tensor& logits, Tensor& out);
 Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
               double uniform, op::SampleWorkspace& workspace, Tensor& out);
+Status sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
+                   const std::vector<int32_t>& recent, op::SampleWorkspace& workspace,
+                   Tensor& out);
 
 // Vision tower ops (varlen_attention in the attention family folder, attention/).
 Status layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,

@@ -1,16 +1,23 @@
-// Sampling on the device, so a decode step copies back a 4-byte token instead of a logits row.
+// Sampling on the device, so a decode step copies back 4-byte tokens instead of logits rows.
 // The arithmetic follows the CPU reference (kernels/cpu/sample.cpp) step for step, so the two
 // pick the same token for the same uniform draw except where a probability lands within a
-// rounding of a boundary:
-//   1. keys[i] = penalised(logit[i]) * (1 / temperature), ids[i] = i;
-//   2. sort (key, id) pairs most likely first: CUB's radix sort is stable, so equal keys keep the
-//      lower id first, the CPU's tie rule;
-//   3. one block over the first n = top_k (or V) sorted keys: softmax in double, top-p prefix,
-//      min-p cut, renormalise, inverse-CDF draw at the host's uniform.
-// Greedy (temperature 0) is the arg-max kernel over the penalised logits.
+// rounding of a boundary. One pipeline serves op::sample (one row) and op::sample_rows (S rows,
+// each with its own SampleRow in a device table):
+//   1. keys[r][i] = row r's penalised(logit[i]) * (1 / temperature) as a sort key with r above
+//      it, ids[r][i] = i;
+//   2. one radix sort of all S * V (key, id) pairs (S up to kRowsPerSort, more rows take several
+//      sorts): rows stay apart (r is the key's top bits) and each comes out most likely first;
+//      the sort is stable, so equal logits keep the lower id first, the CPU's tie rule;
+//   3. one block a row over its first n = top_k (or V) sorted keys: softmax in double, top-p
+//      prefix, min-p cut, renormalise, inverse-CDF draw at the host's uniform (greedy rows take
+//      the first key, the arg-max).
+// op::sample's greedy rows without the penalty are the arg-max kernel over the logits.
 #include <cub/cub.cuh>
 
 #include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
@@ -20,27 +27,60 @@ namespace kuiper::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+// Rows sorted together at most: the workspace holds 24 bytes per row and vocabulary entry (233 MB
+// for 64 rows of Qwen's 151936), allocated after the KV pool took its share of the memory, and
+// 64 rows already fill the GPU (one sort of 256 rows is only about a tenth faster than four).
+constexpr int64_t kRowsPerSort = 64;
 
-__global__ void scale_kernel(const float* __restrict__ logits, float* __restrict__ keys,
-                             int32_t* __restrict__ ids, int64_t V, float inv_temperature) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= V) return;
-  keys[i] = __fmul_rn(logits[i], inv_temperature);
-  ids[i] = static_cast<int32_t>(i);
+__device__ float inv_temperature(const op::SampleParams& p) {
+  return p.temperature == 0.0f ? 1.0f : __fdiv_rn(1.0f, p.temperature);
 }
 
-// One thread per recent id. A repeated id is written by several threads, all with the same value
-// computed from the unpenalised logit, so it is penalised once, as on the CPU.
-__global__ void penalty_kernel(const float* __restrict__ logits, const int32_t* __restrict__ recent,
-                               int64_t n, float* __restrict__ keys, int64_t V, float penalty,
-                               float inv_temperature) {
+// The sort key of warped logit v in row r: r in the top 32 bits, then v's bits mapped to an
+// unsigned order (sign flipped for positives, all bits for negatives) and inverted, so an
+// ascending sort gives the rows in order and each most likely first. -0 becomes +0: the CPU's
+// comparison holds them equal (the lower id first).
+__device__ uint64_t sort_key(int64_t r, float v) {
+  const uint32_t bits = __float_as_uint(v == 0.0f ? 0.0f : v);
+  const uint32_t ordered = (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+  return (static_cast<uint64_t>(r) << 32) | ~ordered;
+}
+
+// The warped logit a sort key holds.
+__device__ float key_value(uint64_t key) {
+  const uint32_t ordered = ~static_cast<uint32_t>(key);
+  return __uint_as_float((ordered & 0x80000000u) != 0 ? (ordered & 0x7fffffffu) : ~ordered);
+}
+
+// Grid (V / 256, S): row r's keys and ids.
+__global__ void scale_kernel(const float* __restrict__ logits,
+                             const op::SampleRow* __restrict__ rows, int64_t V,
+                             uint64_t* __restrict__ keys, int32_t* __restrict__ ids) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= V) return;
+  const int64_t r = blockIdx.y;
+  const op::SampleRow& row = rows[r];
+  keys[r * V + i] = sort_key(r, __fmul_rn(logits[row.row * V + i], inv_temperature(row.params)));
+  ids[r * V + i] = static_cast<int32_t>(i);
+}
+
+// Grid (longest window / 256, S), one thread per recent id of row r. A repeated id is written by
+// several threads, all with the same value computed from the unpenalised logit, so it is
+// penalised once, as on the CPU.
+__global__ void penalty_kernel(const float* __restrict__ logits,
+                               const op::SampleRow* __restrict__ rows,
+                               const int32_t* __restrict__ recent, int64_t V,
+                               uint64_t* __restrict__ keys) {
+  const int64_t r = blockIdx.y;
+  const op::SampleRow& row = rows[r];
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  const int32_t id = recent[j];
+  const float penalty = row.params.repeat_penalty;
+  if (j >= row.recent_count || penalty == 1.0f) return;
+  const int32_t id = recent[row.recent_begin + j];
   if (id < 0 || id >= V) return;
-  const float v = logits[id];
+  const float v = logits[row.row * V + id];
   const float p = v > 0.0f ? __fdiv_rn(v, penalty) : __fmul_rn(v, penalty);
-  keys[id] = __fmul_rn(p, inv_temperature);
+  keys[r * V + id] = sort_key(r, __fmul_rn(p, inv_temperature(row.params)));
 }
 
 using BlockReduce = cub::BlockReduce<double, kThreads>;
@@ -88,15 +128,29 @@ __device__ int64_t first_crossing(int64_t n, Value value, Crossed crossed, Share
   return out;
 }
 
-// Steps 3 of the file comment, one block of kThreads; `n` is the top-k prefix of the sorted row.
+// Step 3 of the file comment: block r draws row r's token from its sorted keys and ids.
 __global__ void __launch_bounds__(kThreads)
-    draw_kernel(const float* __restrict__ keys, const int32_t* __restrict__ ids, int64_t n,
-                float top_p, float min_p, double uniform, int32_t* __restrict__ out) {
+    draw_kernel(const uint64_t* __restrict__ sorted_keys, const int32_t* __restrict__ sorted_ids,
+                int64_t V, const op::SampleRow* __restrict__ rows, int32_t* __restrict__ out) {
   __shared__ SharedStorage storage;
   __shared__ double shared_sum;
   __shared__ int64_t shared_index;
-  const float top = keys[0];
-  auto weight = [&](int64_t i) { return exp(static_cast<double>(__fsub_rn(keys[i], top))); };
+  const int64_t r = blockIdx.x;
+  const uint64_t* keys = sorted_keys + r * V;
+  const int32_t* ids = sorted_ids + r * V;
+  const op::SampleParams& params = rows[r].params;
+  if (params.temperature == 0.0f) {  // greedy: the most likely, the lowest id among equals
+    if (threadIdx.x == 0) out[r] = ids[0];
+    return;
+  }
+  const int64_t n = params.top_k > 0 && params.top_k < V ? params.top_k : V;
+  const float top_p = params.top_p;
+  const float min_p = params.min_p;
+  const double uniform = rows[r].uniform;
+  const float top = key_value(keys[0]);
+  auto weight = [&](int64_t i) {
+    return exp(static_cast<double>(__fsub_rn(key_value(keys[i]), top)));
+  };
   const double total = block_sum(n, weight, storage, &shared_sum);
   // The softmax probability as the CPU stores it: a float.
   auto prob = [&](int64_t i) { return static_cast<float>(weight(i) / total); };
@@ -133,30 +187,73 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t pick = first_crossing(
       kept, renormalised, [&](double mass) { return uniform < mass; }, storage, &shared_index);
   // Past the end only when uniform fell in the rounding gap at the top of the distribution.
-  if (threadIdx.x == 0) out[0] = ids[pick < kept ? pick : kept - 1];
-}
-
-// (Re)allocates the workspace for a vocabulary of V; a no-op once it fits.
-Status prepare(op::SampleWorkspace& ws, int64_t V) {
-  if (ws.keys.defined() && ws.keys.numel() == V && ws.keys.device() == DeviceType::kCuda) {
-    return Status::Ok();
-  }
-  const int n = static_cast<int>(V);
-  KUIPER_ASSIGN_OR_RETURN(ws.keys, Tensor::empty({V}, DataType::kFp32, DeviceType::kCuda));
-  KUIPER_ASSIGN_OR_RETURN(ws.ids, Tensor::empty({V}, DataType::kInt32, DeviceType::kCuda));
-  KUIPER_ASSIGN_OR_RETURN(ws.sorted_keys, Tensor::empty({V}, DataType::kFp32, DeviceType::kCuda));
-  KUIPER_ASSIGN_OR_RETURN(ws.sorted_ids, Tensor::empty({V}, DataType::kInt32, DeviceType::kCuda));
-  size_t bytes = 0;
-  KUIPER_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
-      nullptr, bytes, ws.keys.data<float>(), ws.sorted_keys.data<float>(), ws.ids.data<int32_t>(),
-      ws.sorted_ids.data<int32_t>(), n, 0, 32, stream()));
-  KUIPER_ASSIGN_OR_RETURN(ws.sort_temp,
-                          Tensor::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
-                                        DataType::kInt8, DeviceType::kCuda));
-  return Status::Ok();
+  if (threadIdx.x == 0) out[r] = ids[pick < kept ? pick : kept - 1];
 }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
+
+// The bits of a sort key for S rows: the logit's 32 and enough above them for r < S.
+int end_bit(int64_t S) {
+  int bits = 32;
+  while ((int64_t{1} << (bits - 32)) < S) ++bits;
+  return bits;
+}
+
+uint64_t* key_buffer(const Tensor& t) { return reinterpret_cast<uint64_t*>(t.raw()); }
+
+// (Re)allocates the workspace for S rows of V and a table of `table_bytes`; a no-op once it fits.
+Status prepare(op::SampleWorkspace& ws, int64_t S, int64_t V, size_t table_bytes) {
+  if (!ws.ids.defined() || ws.ids.dim(1) != V || ws.ids.dim(0) < S) {
+    const int64_t rows = ws.ids.defined() && ws.ids.dim(1) == V ? std::max(S, ws.ids.dim(0)) : S;
+    for (Tensor* keys : {&ws.keys, &ws.alt_keys}) {
+      KUIPER_ASSIGN_OR_RETURN(*keys, Tensor::empty({rows, V * 8}, DataType::kUint8,
+                                                   DeviceType::kCuda));
+    }
+    for (Tensor* ids : {&ws.ids, &ws.alt_ids}) {
+      KUIPER_ASSIGN_OR_RETURN(*ids, Tensor::empty({rows, V}, DataType::kInt32, DeviceType::kCuda));
+    }
+  }
+  cub::DoubleBuffer<uint64_t> keys(key_buffer(ws.keys), key_buffer(ws.alt_keys));
+  cub::DoubleBuffer<int32_t> ids(ws.ids.data<int32_t>(), ws.alt_ids.data<int32_t>());
+  size_t sort_bytes = 0;
+  KUIPER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, ids,
+                                                    static_cast<int>(S * V), 0, end_bit(S),
+                                                    stream()));
+  if (!ws.sort_temp.defined() || ws.sort_temp.nbytes() < sort_bytes) {
+    KUIPER_ASSIGN_OR_RETURN(ws.sort_temp,
+                            Tensor::empty({static_cast<int64_t>(std::max<size_t>(sort_bytes, 1))},
+                                          DataType::kUint8, DeviceType::kCuda));
+  }
+  if (!ws.table.defined() || ws.table.nbytes() < table_bytes) {
+    KUIPER_ASSIGN_OR_RETURN(ws.table, Tensor::empty({static_cast<int64_t>(table_bytes)},
+                                                    DataType::kUint8, DeviceType::kCuda));
+  }
+  return Status::Ok();
+}
+
+// Steps 1 to 3 for S rows of logits (fp32 [*, V]) whose table (and windows' ids) the device
+// already holds; `longest` is the longest window of a penalised row.
+Status run_rows(const float* logits, int64_t S, int64_t V, const op::SampleRow* rows,
+                const int32_t* recent, int64_t longest, op::SampleWorkspace& ws, int32_t* out) {
+  cub::DoubleBuffer<uint64_t> keys(key_buffer(ws.keys), key_buffer(ws.alt_keys));
+  cub::DoubleBuffer<int32_t> ids(ws.ids.data<int32_t>(), ws.alt_ids.data<int32_t>());
+  const dim3 scale_grid(blocks_for(V), static_cast<unsigned>(S));
+  scale_kernel<<<scale_grid, 256, 0, stream()>>>(logits, rows, V, keys.Current(), ids.Current());
+  KUIPER_CUDA_CHECK_LAUNCH("sampling scale kernel");
+  if (longest > 0) {
+    const dim3 penalty_grid(blocks_for(longest), static_cast<unsigned>(S));
+    penalty_kernel<<<penalty_grid, 256, 0, stream()>>>(logits, rows, recent, V, keys.Current());
+    KUIPER_CUDA_CHECK_LAUNCH("sampling penalty kernel");
+  }
+  size_t bytes = ws.sort_temp.nbytes();
+  KUIPER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.sort_temp.raw(), bytes, keys, ids,
+                                                    static_cast<int>(S * V), 0, end_bit(S),
+                                                    stream()));
+  draw_kernel<<<static_cast<unsigned>(S), kThreads, 0, stream()>>>(keys.Current(), ids.Current(),
+                                                                   V, rows, out);
+  KUIPER_CUDA_CHECK_LAUNCH("sampling draw kernel");
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -165,32 +262,51 @@ Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams
   const int64_t V = logits.numel();
   const int64_t n_recent = recent.defined() ? recent.numel() : 0;
   const bool penalise = params.repeat_penalty != 1.0f && n_recent > 0;
-  const bool greedy = params.temperature == 0.0f;
-  if (greedy && !penalise) return argmax(logits, out);
+  if (params.temperature == 0.0f && !penalise) return argmax(logits, out);
 
-  KUIPER_RETURN_IF_ERROR(prepare(ws, V));
-  const float inv_temperature = greedy ? 1.0f : 1.0f / params.temperature;
-  scale_kernel<<<blocks_for(V), 256, 0, stream()>>>(logits.data<float>(), ws.keys.data<float>(),
-                                                    ws.ids.data<int32_t>(), V, inv_temperature);
-  KUIPER_CUDA_CHECK_LAUNCH("sampling scale kernel");
-  if (penalise) {
-    penalty_kernel<<<blocks_for(n_recent), 256, 0, stream()>>>(
-        logits.data<float>(), recent.data<int32_t>(), n_recent, ws.keys.data<float>(), V,
-        params.repeat_penalty, inv_temperature);
-    KUIPER_CUDA_CHECK_LAUNCH("sampling penalty kernel");
+  const op::SampleRow row{0, params, uniform, 0, penalise ? n_recent : 0};
+  KUIPER_RETURN_IF_ERROR(prepare(ws, 1, V, sizeof(row)));
+  // From pageable memory: staged by the driver before the call returns, without a device sync.
+  KUIPER_CUDA_CHECK(cudaMemcpyAsync(ws.table.raw(), &row, sizeof(row), cudaMemcpyHostToDevice,
+                                    stream()));
+  return run_rows(logits.data<float>(), 1, V, static_cast<const op::SampleRow*>(ws.table.raw()),
+                  penalise ? recent.data<int32_t>() : nullptr, row.recent_count, ws,
+                  out.data<int32_t>());
+}
+
+Status sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
+                   const std::vector<int32_t>& recent, op::SampleWorkspace& ws, Tensor& out) {
+  const int64_t S = static_cast<int64_t>(rows.size());
+  const int64_t V = logits.dim(1);
+  const int64_t per_sort = std::min(S, kRowsPerSort);
+  if (per_sort * V > INT32_MAX) {
+    return Status::Error("sample_rows: " + std::to_string(per_sort) + " rows of " +
+                         std::to_string(V) + " are more than one radix sort takes");
   }
-  if (greedy) return argmax(ws.keys, out);
-
-  size_t bytes = ws.sort_temp.nbytes();
-  KUIPER_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(
-      ws.sort_temp.raw(), bytes, ws.keys.data<float>(), ws.sorted_keys.data<float>(),
-      ws.ids.data<int32_t>(), ws.sorted_ids.data<int32_t>(), static_cast<int>(V), 0, 32,
-      stream()));
-  const int64_t n = params.top_k > 0 && params.top_k < V ? params.top_k : V;
-  draw_kernel<<<1, kThreads, 0, stream()>>>(ws.sorted_keys.data<float>(),
-                                            ws.sorted_ids.data<int32_t>(), n, params.top_p,
-                                            params.min_p, uniform, out.data<int32_t>());
-  KUIPER_CUDA_CHECK_LAUNCH("sampling draw kernel");
+  // The table, then the windows' ids: one copy up.
+  const size_t table_bytes = rows.size() * sizeof(op::SampleRow);
+  std::vector<unsigned char> table(table_bytes + recent.size() * sizeof(int32_t));
+  std::memcpy(table.data(), rows.data(), table_bytes);
+  if (!recent.empty()) {
+    std::memcpy(table.data() + table_bytes, recent.data(), recent.size() * sizeof(int32_t));
+  }
+  KUIPER_RETURN_IF_ERROR(prepare(ws, per_sort, V, table.size()));
+  // From pageable memory: staged by the driver before the call returns, without a device sync.
+  KUIPER_CUDA_CHECK(cudaMemcpyAsync(ws.table.raw(), table.data(), table.size(),
+                                    cudaMemcpyHostToDevice, stream()));
+  const auto* device_table = static_cast<const unsigned char*>(ws.table.raw());
+  const auto* device_rows = reinterpret_cast<const op::SampleRow*>(device_table);
+  const auto* device_recent = reinterpret_cast<const int32_t*>(device_table + table_bytes);
+  for (int64_t first = 0; first < S; first += per_sort) {
+    const int64_t n = std::min(per_sort, S - first);
+    int64_t longest = 0;
+    for (int64_t i = first; i < first + n; ++i) {
+      const op::SampleRow& r = rows[static_cast<size_t>(i)];
+      if (r.params.repeat_penalty != 1.0f) longest = std::max(longest, r.recent_count);
+    }
+    KUIPER_RETURN_IF_ERROR(run_rows(logits.data<float>(), n, V, device_rows + first,
+                                    device_recent, longest, ws, out.data<int32_t>() + first));
+  }
   return Status::Ok();
 }
 
