@@ -51,11 +51,25 @@ Status read_model_shape(kuiper::ModelConfig* config, std::string* name) {
 }
 
 // --quantize (and --group): how a random model's projections are quantized, as
-// kuiper-convert --quantize would (FP8 128 x 128 blocks). A model file says its own.
+// kuiper-convert --quantize would (FP8 128 x 128 blocks). A model file says its own, read here.
 Result<kuiper::QuantizeSpec> read_quantize() {
   if (!FLAGS_quantize.empty() && !FLAGS_model.empty()) {
     return Status::Error("--quantize applies to --config's random weights; a --model file holds "
                          "its own (kuiper-convert --quantize)");
+  }
+  if (!FLAGS_model.empty()) {
+    // The file's own: its quantized matrices share one format and block (kuiper-convert's), so
+    // the first one describes them for the cost model's bytes a token.
+    KUIPER_ASSIGN_OR_RETURN(const std::shared_ptr<kuiper::ModelFile> file,
+                            kuiper::ModelFile::open(FLAGS_model));
+    KUIPER_ASSIGN_OR_RETURN(const auto entries, kuiper::parse_quantization(file->metadata()));
+    kuiper::QuantizeSpec spec;
+    if (!entries.empty()) {
+      const kuiper::QuantizedEntry& e = entries.front().second;
+      spec.format = e.format;
+      spec.block = e.format == op::WeightFormat::kFp8 && e.block_rows == 1 ? 0 : e.block_cols;
+    }
+    return spec;
   }
   KUIPER_ASSIGN_OR_RETURN(const op::WeightFormat format, quantize_format());
   if (format == op::WeightFormat::kPlain) return kuiper::QuantizeSpec();
