@@ -31,6 +31,10 @@ namespace kuiper {
 namespace {
 
 using nlohmann::json;
+using test::CliResult;
+using test::parse_jsonl;
+using test::read_text;
+using test::run_program;
 using test::TempDir;
 
 // The published packings, written here from their descriptions (hf_quantized.h) so the repacking
@@ -485,6 +489,30 @@ TEST_P(QuantizedFixture, CudaLogitsEqualTheDequantizedFp32Model) {
       }
     }
   }
+}
+
+// qwen3_infer on the quantized file and on the dequantized fp32 one: the same greedy tokens, on
+// the CPU and (where there is one) on the GPU in fp32.
+TEST_P(QuantizedFixture, Qwen3InferGreedyTokensEqualTheDequantizedModels) {
+  TempDir dir;
+  write_quantized_fixture(GetParam(), dir.file("quantized"), dir.file("reference"));
+  ASSERT_OK(convert_checkpoint(dir.file("quantized"), dir.file("q.bin"), std::nullopt));
+  ASSERT_OK(convert_checkpoint(dir.file("reference"), dir.file("r.bin"), std::nullopt));
+  auto greedy_ids = [&](const std::string& model, const std::string& device) {
+    const std::string out = dir.file(device + "-" + model + ".jsonl");
+    const CliResult r = run_program(
+        "qwen3_infer", {"--model", dir.file(model), "--device", device, "--dtype", "fp32",
+                        "--prompt", "Hello! Who are you?", "--max-tokens", "12", "--temperature",
+                        "0", "--ignore-eos", "--output", out});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<nlohmann::json> records = parse_jsonl(read_text(out));
+    return records.size() == 1 ? records[0]["output_ids"].get<std::vector<int32_t>>()
+                               : std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> reference = greedy_ids("r.bin", "cpu");
+  ASSERT_EQ(reference.size(), 12u);
+  EXPECT_EQ(greedy_ids("q.bin", "cpu"), reference);
+  if (cuda_available()) EXPECT_EQ(greedy_ids("q.bin", "cuda"), reference);
 }
 
 std::string format_name(const ::testing::TestParamInfo<Published>& info) {
