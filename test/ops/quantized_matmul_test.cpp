@@ -189,6 +189,40 @@ TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
   }
 }
 
+// A row of a small batch (the tensor-core GEMV's T columns) multiplies bit for bit as it does
+// alone, also where the batch is more rows than shared memory holds at once (K = 16384: 6 rows of
+// x a launch on an H100), for every format the GEMV reads in pairs and both 16-bit types.
+TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
+  SKIP_WITHOUT_CUDA();
+  const Format formats[] = {{WeightFormat::kFp8, 128, 128},
+                            {WeightFormat::kInt8, 1, 128},
+                            {WeightFormat::kInt4, 1, 128}};
+  const int64_t N = 48, T = 8;
+  for (const Format& f : formats) {
+    for (int64_t K : {512, 16384}) {
+      const Tensor w = upload(random_tensor({N, K}, 4, DataType::kFp32, 0.05f), DataType::kFp32,
+                              DeviceType::kCuda);
+      auto q = quantized(w, f);
+      ASSERT_OK(q.status());
+      for (DataType act : {DataType::kFp16, DataType::kBf16}) {
+        const Tensor x = upload(random_tensor({T, K}, 3), act, DeviceType::kCuda);
+        Tensor batch = poisoned({T, N}, DataType::kFp32, DeviceType::kCuda);
+        ASSERT_OK(op::matmul(x, *q, nullptr, batch));
+        const std::vector<float> all = host_floats(batch);
+        for (int64_t t = 0; t < T; ++t) {
+          Tensor alone = poisoned({1, N}, DataType::kFp32, DeviceType::kCuda);
+          ASSERT_OK(op::matmul(x.rows(t, 1), *q, nullptr, alone));
+          const std::vector<float> got = host_floats(alone);
+          for (int64_t n = 0; n < N; ++n) {
+            ASSERT_EQ(got[n], all[t * N + n]) << f.name() << " K " << K << " x=" << dtype_name(act)
+                                              << " row " << t << " column " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
 // op::matmul and op::linear of a quantized weight on every backend against the CPU. Each case
 // quantizes its fp32 weight argument on its own device (op::quantize is bit-exact across them, as
 // CudaMatchesCpuBitForBit checks), so both sides multiply by the same codes. Arguments: x, w
@@ -212,8 +246,8 @@ std::vector<OpCase> quantized_cases(bool brief) {
     for (const Shape& s : shapes) {
       for (DataType act : kActivations) {
         if (brief && act != DataType::kFp32) continue;
-        for (int64_t T : {1, 3, 16, 17, 70}) {
-          if (s.K == 1024 && T > 3) continue;  // the wide shape: the GEMV's loop, briefly
+        for (int64_t T : {1, 3, 8, 16, 17, 70}) {
+          if (s.K == 1024 && T > 8) continue;  // the wide shape: the GEMVs' loops, briefly
           if (brief && T != 1 && T != 17) continue;
           for (int form = 0; form < 5; ++form) {  // matmul, +bias, norm, norm swiglu, residual
             const bool swiglu = form == 3, residual = form == 4, norm = form == 2 || swiglu;

@@ -54,8 +54,9 @@ struct GemvArgs {
   const void* bias;  // [rows of w] or null
   DataType bias_dtype;
   void* out;  // [N]; with residual it also holds the residual
-  int64_t N;  // outputs
+  int64_t N;  // outputs (a row of out)
   int64_t K;
+  int64_t T;  // rows of x and of out: 1 here, up to 8 in the tensor-core GEMV (gemv_mma.cuh)
   int64_t up_offset;  // swiglu: first up row (= N); 0 otherwise
   bool w_vectorized;  // the reader's 16-byte chunks apply (WeightReader::vectorizable)
   bool x_vectorized;
@@ -269,12 +270,10 @@ Status launch_gemv(const GemvArgs& a) {
                     static_cast<size_t>(smem), "gemv kernel launch", a);
 }
 
-// The GEMV for one row of x: out has x's type, or one of them is fp32 (the residual stream beside
-// 16-bit activations; ops.h, op::linear). visit_reader(w, fn) calls fn(TypeTag<Reader>{}) with
-// w's reader (weight_readers.cuh: visit_plain_reader or visit_quantized_reader).
-template <typename VisitReader>
-Status gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o, Tensor& out,
-            VisitReader&& visit_reader) {
+// The arguments of a product of x [T, K] and w into out [T, N] with op::linear's options
+// (w_vectorized and x_vectorized are the launcher's to set).
+inline GemvArgs gemv_args(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
+                          Tensor& out) {
   GemvArgs a{};
   a.w = weight_view(w);
   a.x = x.raw();
@@ -286,9 +285,20 @@ Status gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o, Te
   a.out = out.raw();
   a.N = out.dim(1);
   a.K = x.dim(1);
+  a.T = x.dim(0);
   a.up_offset = o.swiglu ? a.N : 0;
   a.residual = o.residual;
   a.swiglu = o.swiglu;
+  return a;
+}
+
+// The GEMV for one row of x: out has x's type, or one of them is fp32 (the residual stream beside
+// 16-bit activations; ops.h, op::linear). visit_reader(w, fn) calls fn(TypeTag<Reader>{}) with
+// w's reader (weight_readers.cuh: visit_plain_reader or visit_quantized_reader).
+template <typename VisitReader>
+Status gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o, Tensor& out,
+            VisitReader&& visit_reader) {
+  GemvArgs a = gemv_args(x, w, o, out);
   return visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
     using TX = typename decltype(x_tag)::type;
     using TO = typename decltype(out_tag)::type;

@@ -1,8 +1,10 @@
 // Quantized weights on the GPU (kuiper/op/weight.h):
 //
-//  - one row of x (decode), and up to kRowwiseGemvMax rows one at a time: the GEMV of gemv.cuh
-//    with the format's reader (weight_readers.cuh), which dequantizes in registers as it streams
-//    the packed weights, in every fused form;
+//  - up to 8 rows of x (decode, one sequence or a small batch): the tensor-core GEMV of
+//    gemv_mma.cuh, which turns the packed weights into 16-bit pairs in registers as it streams
+//    them, once for all the rows, in every fused form; where it does not apply (fp32 x, scale
+//    groups narrower than its super-step), up to kRowwiseGemvMax rows one at a time through the
+//    GEMV of gemv.cuh with the format's reader (weight_readers.cuh);
 //  - many rows: the weight is dequantized into a scratch matrix of x's dtype and multiplied by
 //    cuBLAS (matmul.cu's path for plain weights);
 //  - op::dequantize (that dequantizing kernel) and op::quantize, bit for bit the CPU reference's
@@ -13,6 +15,7 @@
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
+#include "kuiper/op/kernels/cuda/gemv_mma.cuh"
 #include "kuiper/op/kernels/cuda/weight_readers.cuh"
 
 namespace kuiper::cuda {
@@ -213,6 +216,13 @@ Status quantize_into(const Tensor& w, op::Weight& out) {
 // path wins everywhere but the 4096 x 4096 matrices.
 constexpr int64_t kRowwiseGemvMax = 4;
 
+Result<bool> quantized_gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
+                                Tensor& out) {
+  return gemv_mma(x, w, o, out, [](const op::Weight& weight, auto&& fn) {
+    return visit_quantized_reader(weight, fn);
+  });
+}
+
 Status quantized_gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
                       Tensor& out) {
   for (int64_t t = 0; t < x.dim(0); ++t) {
@@ -229,11 +239,11 @@ Status quantized_gemv(const Tensor& x, const op::Weight& w, const op::LinearOpti
 Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out) {
   const int64_t T = x.dim(0);
   if (T == 0 || w.rows() == 0) return Status::Ok();
-  if (T <= kRowwiseGemvMax) {
-    op::LinearOptions o;
-    o.bias = bias;
-    return quantized_gemv(x, w, o, out);
-  }
+  op::LinearOptions o;
+  o.bias = bias;
+  KUIPER_ASSIGN_OR_RETURN(const bool mma, quantized_gemv_mma(x, w, o, out));
+  if (mma) return Status::Ok();
+  if (T <= kRowwiseGemvMax) return quantized_gemv(x, w, o, out);
   // Many rows: dequantize to x's dtype, then the plain path (cuBLAS on tensor cores for 16-bit
   // x). The scratch matrix comes from the caching allocator, so repeated calls reuse it.
   // Measured on the H100 at T = 512 (Qwen3-8B shapes, bf16 x): FP8 375-412 TFLOP/s against bf16
@@ -251,6 +261,8 @@ Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias
 Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
                               const op::LinearOptions& options, Tensor& out) {
   if (x.dim(0) == 0 || out.dim(1) == 0) return true;
+  KUIPER_ASSIGN_OR_RETURN(const bool mma, quantized_gemv_mma(x, w, options, out));
+  if (mma) return true;
   // Many rows: the composition, whose matmuls dequantize each row range once.
   if (x.dim(0) > kRowwiseGemvMax) return false;
   KUIPER_RETURN_IF_ERROR(quantized_gemv(x, w, options, out));

@@ -15,12 +15,21 @@
 //   at(row, k)                column k's weight (for rows that do not split into chunks)
 //   vectorizable(view)        whether the chunks apply: 16-byte aligned rows, K and the scale
 //                             block's columns multiples of kVec
-// so a dot product takes one multiply by the scale per chunk, not per weight.
+// so a dot product takes one multiply by the scale per chunk, not per weight. For the
+// tensor-core GEMV (gemv_mma.cuh), which feeds mma.sync 16-bit pairs, each reader also gives
+//   pair<T16>(raw, meta, p)   weights pair_col(p, 0) (low half) and pair_col(p, 1) of the chunk
+//                             as two T16 (half or bf16) in one register, before the scale and
+//                             divided by pair_scale<T16>(); exact (every code minus its zero
+//                             fits 8 bits of mantissa), 0 <= p < kVec / 2, where
+//                             kHasPairs<T16> (plain weights: T16 is their own type)
+// where the pairing is whichever the format unpacks in the fewest instructions: the product
+// sums over a chunk's columns in any order, so x is staged in the same pair order.
 #pragma once
 
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/weight.h"
@@ -74,6 +83,32 @@ struct XsLayout {
     return c * kPieces + ((j % kPieces) ^ swizzle(c));
   }
 };
+
+// Two floats as a T16 pair (the low half first), rounded to nearest.
+template <typename T16>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T16, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// a - b on two T16 pairs.
+template <typename T16>
+__device__ __forceinline__ uint32_t sub_pair(uint32_t a, uint32_t b) {
+  if constexpr (std::is_same_v<T16, __half>) {
+    const __half2 d = __hsub2(*reinterpret_cast<const __half2*>(&a),
+                              *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&d);
+  } else {
+    const __nv_bfloat162 d = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                     *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&d);
+  }
+}
 
 // The chunk's kVec weights before the scale.
 template <typename Reader>
@@ -159,6 +194,18 @@ struct PlainReader {
     for (int j = 0; j < 4; ++j) v[j] = to_float(w[4 * p + j]);
   }
   static __device__ __forceinline__ float scale(Meta) { return 1.0f; }
+  static constexpr bool kScaled = false;
+  // Pairs: the chunk's words as stored (T16 == TW, the only case gemv_mma takes).
+  template <typename T16>
+  static constexpr bool kHasPairs = std::is_same_v<T16, TW>;
+  static constexpr int pair_col(int p, int h) { return 2 * p + h; }
+  template <typename T16>
+  static constexpr float pair_scale() { return 1.0f; }
+  template <typename T16>
+  static __device__ __forceinline__ uint32_t pair(uint4 raw, Meta, int p) {
+    static_assert(std::is_same_v<T16, TW>, "plain pairs are the stored 16-bit type");
+    return chunk_word(raw, p);
+  }
   __device__ float at(const Row& r, int64_t k) const { return to_float(r.w[k]); }
   static bool vectorizable(const WeightView& view) {
     return view.K % kVec == 0 && view.row_bytes % 16 == 0 && aligned16(view.values);
@@ -199,6 +246,31 @@ struct Fp8Reader {
     v[3] = hi.y;
   }
   static __device__ __forceinline__ float scale(Meta m) { return m; }
+  static constexpr bool kScaled = true;
+  // Pairs: bytes 2p and 2p + 1. fp16: the hardware conversion (exact). bf16: the E4M3 bits
+  // moved under bf16's sign, exponent and mantissa (sign in place, the rest shifted right by 4),
+  // which reads the code as its value times 2^-120 (bf16's exponent bias 127 against E4M3's 7;
+  // subnormal codes land on bf16 subnormals of the same ratio): three logic ops a pair, no
+  // conversion, and 2^120 joins the block's scale.
+  template <typename T16>
+  static constexpr bool kHasPairs = true;
+  static constexpr int pair_col(int p, int h) { return 2 * p + h; }
+  template <typename T16>
+  static constexpr float pair_scale() {
+    return std::is_same_v<T16, __half> ? 1.0f : 0x1p120f;
+  }
+  template <typename T16>
+  static __device__ __forceinline__ uint32_t pair(uint4 raw, Meta, int p) {
+    const uint32_t w = chunk_word(raw, p / 2) >> (16 * (p % 2));  // the pair in the low half
+    if constexpr (std::is_same_v<T16, __half>) {
+      const __half2_raw h =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
+      return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+    } else {
+      const uint32_t t = __byte_perm(w, 0u, 0x1404u);  // [0, code 0, 0, code 1]
+      return (t & 0x80008000u) | ((t & 0x7f007f00u) >> 4);
+    }
+  }
   __device__ float at(const Row& r, int64_t k) const {
     const __half h = __half(__nv_cvt_fp8_to_halfraw(r.codes[k], __NV_E4M3));
     return __half2float(h) * r.scales[k / v.block_cols];
@@ -254,6 +326,39 @@ struct IntReader {
   }
   static __device__ __forceinline__ float scale(Meta m) {
     return __half2float(__ushort_as_half(static_cast<uint16_t>(m & 0xffffu)));
+  }
+  static constexpr bool kScaled = true;
+  // Pairs. kInt4: nibbles s and s + 4 of a word (one shift and one mask-and-or a pair: columns
+  // 8w + s and 8w + s + 4), each under the exponent of 128 (bf16) or 1024 (fp16), so the pair
+  // holds 128 + q (1024 + q) exactly; one subtraction of (128 + zero) leaves q - zero. kInt8:
+  // bytes 2p and 2p + 1 under fp16's 1024 the same way (bf16 holds 128 + q exactly only below
+  // 128, so its pairs go through fp32).
+  template <typename T16>
+  static constexpr bool kHasPairs = true;
+  static constexpr int pair_col(int p, int h) {
+    return kBits == 4 ? 8 * (p / 4) + p % 4 + 4 * h : 2 * p + h;
+  }
+  template <typename T16>
+  static constexpr float pair_scale() { return 1.0f; }
+  template <typename T16>
+  static __device__ __forceinline__ uint32_t pair(uint4 raw, Meta m, int p) {
+    const uint32_t zero = m >> 16;
+    if constexpr (kBits == 4) {
+      constexpr uint32_t kMagic = std::is_same_v<T16, __half> ? 0x6400u : 0x4300u;
+      const uint32_t w = chunk_word(raw, p / 4) >> (4 * (p % 4));
+      const uint32_t biased = (w & 0x000f000fu) | (kMagic * 0x10001u);
+      return sub_pair<T16>(biased, (kMagic + zero) * 0x10001u);
+    } else {
+      const uint32_t w = chunk_word(raw, p / 2) >> (16 * (p % 2));
+      const uint32_t biased = __byte_perm(w, 0x64006400u, 0x7150u);  // [q0, 0x64, q1, 0x64]
+      const uint32_t diff = sub_pair<__half>(biased, (0x6400u + zero) * 0x10001u);
+      if constexpr (std::is_same_v<T16, __half>) {
+        return diff;
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&diff));
+        return pack_pair<T16>(f.x, f.y);
+      }
+    }
   }
   __device__ float at(const Row& r, int64_t k) const {
     const int64_t g = k / v.block_cols;

@@ -1,0 +1,352 @@
+// The tensor-core GEMV: out[T, N] = x[T, K] w^T for 1 <= T <= 8 rows of x (decode, one sequence
+// or a small batch), w plain 16-bit (x's type) or quantized (FP8, int8, int4), in every fused
+// form of op::linear (RMSNorm of x, SwiGLU over stacked gate/up rows, bias, residual add).
+//
+// Why tensor cores for a product that reads each weight once: a 4-bit weight must be unpacked,
+// offset by its zero and multiplied, and at copy bandwidth an H100 SM receives about 27 of them a
+// cycle; the one-row GEMV (gemv.cuh), which widens every weight to fp32 and multiplies it there,
+// spends about five instructions a weight and tops out near 40% of copy bandwidth on int4. Here a
+// lane turns two weights into one 16-bit pair register in one to three logic ops (the readers'
+// pair<T16>, weight_readers.cuh) and mma.sync m16n8k16 multiplies 256 weights by up to 8 rows of
+// x at once, accumulating in fp32. The same pass serves T rows of x: the weights are read once
+// for the whole small batch.
+//
+// How the work maps onto mma.sync. A block of 8 warps owns a tile of 16 weight rows (8 gate and
+// the matching 8 up rows for SwiGLU) and splits K between its warps. Lane (g, c) = (lane / 4,
+// lane % 4) streams, 16 bytes at a time, chunks of rows g and g + 8 of the tile (its rows of the
+// A fragment and of C): in super-step s it reads chunk q = 4 s + c of both rows, kVec weights
+// each, which feed kVec / 4 mma steps. The A fragment wants, per step, 4 weights of each of the
+// lane's rows in k-slots (2c, 2c + 1, 2c + 8, 2c + 9); the B fragment wants x at the same slots
+// for column g. Which columns of w fill the slots is free, as long as A and B agree: slot pair
+// (2c, 2c + 1) of step j takes the chunk's pair 2j and slots (2c + 8, 2c + 9) its pair 2j + 1, in
+// the reader's pair order, and x is staged in shared memory in that same order (MmaXs), so the
+// B fragment is two registers read as they lie. The tile's scale group must hold a whole
+// super-step (4 kVec columns: 128 for int4, 64 for FP8 and int8): the mma sums a super-step's
+// columns before the lane applies its rows' scales to the fp32 result. Each warp's partial sums
+// go through shared memory to warp 0, which adds them in warp order and runs the epilogue.
+//
+// T > 1: columns g < T of B hold x's rows, the rest zeros; the result for a row of x does not
+// depend on how many others share the launch (every sum is formed in the same order).
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "kuiper/op/kernels/cuda/gemv.cuh"
+#include "kuiper/op/kernels/cuda/tensor_core.cuh"
+
+namespace kuiper::cuda {
+
+constexpr int kMmaGemvWarps = 8;
+constexpr int kMmaGemvThreads = 32 * kMmaGemvWarps;
+constexpr int kMmaGemvMaxRows = 8;    // rows of x: the mma's 8 columns
+constexpr int kMmaGemvUnroll = 4;     // super-steps in flight per warp (2 x 16 bytes a lane each)
+constexpr int kMmaGemvPadPairs = 16;  // 64 bytes after each staged row of x (MmaXs)
+
+// The 16-bit type the mma multiplies in, for x of type TX and out of type TO: x's own, or out's
+// when x is the fp32 residual stream (the norm forms).
+template <typename TX, typename TO>
+using MmaType = std::conditional_t<std::is_same_v<TX, float>, TO, TX>;
+
+// x in shared memory: row n (n < T) holds the K / 2 pairs of x's row, then kMmaGemvPadPairs.
+// Chunk q of a row (columns [q kVec, (q + 1) kVec), the chunk of w that lanes with c = q % 4
+// read) holds its kVec / 2 pairs in the reader's pair order, as kUnits 16-byte units of two mma
+// steps each. Unit j of chunk q in row n is stored at unit j ^ swizzle(q, n): with the padding,
+// the 8 lanes of one 16-byte shared load phase (rows g = 2i, 2i + 1 and c = 0..3, at one unit)
+// meet 8 distinct bank groups for each unit count (1, 2 or 4) when K is a multiple of 64.
+template <int kVec>
+struct MmaXs {
+  static constexpr int kUnits = kVec / 8;
+  static __device__ __forceinline__ int64_t row_pairs(int64_t K) {
+    return K / 2 + kMmaGemvPadPairs;
+  }
+  // Where unit j of chunk q of row n begins, in pairs from the start of the row.
+  static __device__ __forceinline__ int64_t at(int64_t q, int j, int n) {
+    const int odd = n & 1, c = static_cast<int>(q & 3);
+    int unit = j;
+    if constexpr (kUnits == 4) unit = j ^ ((c >> 1) | (odd << 1));
+    if constexpr (kUnits == 2) unit = j ^ odd;
+    return q * (kVec / 2) + 4 * unit;
+  }
+};
+
+// Stages rows [0, T) of x into xs (MmaXs) as T16 pairs: with a norm, as the unfused rmsnorm
+// stores it (weight * (x / rms), rounded to T16), else x rounded to T16 (x is T16 already, the
+// launcher's precondition). Ends with a barrier.
+template <typename Reader, typename T16, typename TX>
+__device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs) {
+  constexpr int kVec = Reader::kVec;
+  using Layout = MmaXs<kVec>;
+  __shared__ float sumsq[kMmaGemvWarps][kMmaGemvMaxRows];
+  const TX* x = static_cast<const TX*>(a.x);
+  const int64_t K = a.K, chunks = K / kVec, pairs = Layout::row_pairs(K);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool norm = a.norm != nullptr;
+  if (norm) {
+    for (int n = 0; n < a.T; ++n) {
+      float local = 0.0f;
+      for (int64_t k = threadIdx.x; k < K; k += kMmaGemvThreads) {
+        const float v = to_float(x[n * K + k]);
+        local += v * v;
+      }
+      local = warp_sum(local);
+      if (lane == 0) sumsq[warp][n] = local;
+    }
+    __syncthreads();
+  }
+  for (int64_t i = threadIdx.x; i < a.T * chunks; i += kMmaGemvThreads) {
+    const int n = static_cast<int>(i / chunks);
+    const int64_t q = i % chunks, k0 = q * kVec;
+    const TX* src = x + n * K + k0;
+    float f[kVec];
+    constexpr int kPerLoad = 16 / static_cast<int>(sizeof(TX));
+    if (a.x_vectorized) {
+#pragma unroll
+      for (int l = 0; l < kVec / kPerLoad; ++l) {
+        const uint4 raw = reinterpret_cast<const uint4*>(src)[l];
+        const TX* v = reinterpret_cast<const TX*>(&raw);
+#pragma unroll
+        for (int e = 0; e < kPerLoad; ++e) f[l * kPerLoad + e] = to_float(v[e]);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = to_float(src[e]);
+    }
+    if (norm) {
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kMmaGemvWarps; ++w) total += sumsq[w][n];
+      const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.eps);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = load_as_float(a.norm, a.norm_dtype, k0 + e) * (f[e] * inv);
+    }
+#pragma unroll
+    for (int j = 0; j < Layout::kUnits; ++j) {
+      uint32_t unit[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int p = 4 * j + e;
+        unit[e] = pack_pair<T16>(f[Reader::pair_col(p, 0)], f[Reader::pair_col(p, 1)]);
+      }
+      *reinterpret_cast<uint4*>(xs + n * pairs + Layout::at(q, j, n)) =
+          make_uint4(unit[0], unit[1], unit[2], unit[3]);
+    }
+  }
+  __syncthreads();
+}
+
+template <typename Reader, typename T16, typename TX, typename TO>
+__global__ void __launch_bounds__(kMmaGemvThreads, 2) gemv_mma_kernel(const GemvArgs a) {
+  extern __shared__ __align__(16) float xs_storage[];  // the one-row GEMV's name and type too
+  uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
+  __shared__ float sums[kMmaGemvWarps][32][4];  // each warp's share of the split K
+  constexpr int kVec = Reader::kVec;
+  using Layout = MmaXs<kVec>;
+  using Meta = typename Reader::Meta;
+  const Reader reader(a.w);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+  // The lane's two weight rows (A rows g and g + 8 of the tile, C rows likewise).
+  int64_t row[2];
+  bool valid[2];
+  if (a.swiglu) {
+    row[0] = static_cast<int64_t>(blockIdx.x) * 8 + g;
+    row[1] = row[0] + a.up_offset;
+    valid[0] = valid[1] = row[0] < a.N;
+  } else {
+    row[0] = static_cast<int64_t>(blockIdx.x) * 16 + g;
+    row[1] = row[0] + 8;
+    valid[0] = row[0] < a.N;
+    valid[1] = row[1] < a.N;
+  }
+  const int64_t steps = a.K / (4 * kVec);  // super-steps: a chunk for each c
+  const typename Reader::Row rows[2] = {reader.row(valid[0] ? row[0] : 0),
+                                        reader.row(valid[1] ? row[1] : 0)};
+  // A missing row stays zeros, which every reader's pairs turn into zero weights.
+  uint4 raw[2][kMmaGemvUnroll] = {};
+  Meta meta[2][kMmaGemvUnroll] = {};
+  auto load = [&](int64_t s0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kMmaGemvUnroll; ++u) {
+        const int64_t s = s0 + kMmaGemvWarps * u;
+        if (valid[r] && s < steps) {
+          raw[r][u] = __ldcs(rows[r].chunks + 4 * s + c);
+          meta[r][u] = reader.meta(rows[r], 4 * s + c);
+        }
+      }
+    }
+  };
+  load(warp);  // weights only: safe before the previous kernel has finished
+  grid_dependency_wait();
+  grid_launch_dependents();
+  stage_x_pairs<Reader, T16, TX>(a, xs);
+
+  const bool has_x = g < a.T;
+  const uint32_t* x_row = xs + g * Layout::row_pairs(a.K);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t s0 = warp; s0 < steps; s0 += kMmaGemvWarps * kMmaGemvUnroll) {
+    if (s0 != warp) load(s0);
+#pragma unroll
+    for (int u = 0; u < kMmaGemvUnroll; ++u) {
+      const int64_t s = s0 + kMmaGemvWarps * u;
+      if (s >= steps) break;  // warp-uniform: the mma needs every lane
+      const int64_t q = 4 * s + c;
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int jj = 0; jj < Layout::kUnits; ++jj) {
+        uint4 b = make_uint4(0u, 0u, 0u, 0u);
+        if (has_x) b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q, jj, g));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * jj + h;  // the mma step: the chunk's pairs 2j and 2j + 1
+          const uint32_t frag[4] = {
+              Reader::template pair<T16>(raw[0][u], meta[0][u], 2 * j),
+              Reader::template pair<T16>(raw[1][u], meta[1][u], 2 * j),
+              Reader::template pair<T16>(raw[0][u], meta[0][u], 2 * j + 1),
+              Reader::template pair<T16>(raw[1][u], meta[1][u], 2 * j + 1)};
+          if constexpr (Reader::kScaled) {
+            TensorCore<T16>::mma(part, frag, h ? b.z : b.x, h ? b.w : b.y);
+          } else {
+            TensorCore<T16>::mma(acc, frag, h ? b.z : b.x, h ? b.w : b.y);
+          }
+        }
+      }
+      if constexpr (Reader::kScaled) {
+        constexpr float kPairScale = Reader::template pair_scale<T16>();
+        const float s_lo = Reader::scale(meta[0][u]) * kPairScale;
+        const float s_hi = Reader::scale(meta[1][u]) * kPairScale;
+        acc[0] += part[0] * s_lo;
+        acc[1] += part[1] * s_lo;
+        acc[2] += part[2] * s_hi;
+        acc[3] += part[3] * s_hi;
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sums[warp][lane][i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kMmaGemvWarps; ++w) v[i] += sums[w][lane][i];
+  }
+  // C: v[h] is (row[0], x row 2c + h), v[2 + h] is (row[1], x row 2c + h). Every intermediate is
+  // rounded to TO where the unfused ops would store it, as in the one-row GEMV.
+  auto finish = [&](float value, int r) {
+    if (a.bias != nullptr) value += load_as_float(a.bias, a.bias_dtype, row[r]);
+    return to_float(from_float<TO>(value));
+  };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = 2 * c + h;
+    if (n >= a.T) continue;
+    TO* out = static_cast<TO*>(a.out) + n * a.N;
+    if (a.swiglu) {
+      if (!valid[0]) continue;
+      const float gate = finish(v[h], 0), up = finish(v[2 + h], 1);
+      out[row[0]] = from_float<TO>(gate / (1.0f + expf(-gate)) * up);
+      continue;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!valid[r]) continue;
+      float value = finish(v[2 * r + h], r);
+      if (a.residual) value = to_float(out[row[r]]) + value;
+      out[row[r]] = from_float<TO>(value);
+    }
+  }
+}
+
+// The most dynamic shared memory a block may ask for on the current device.
+inline Result<int64_t> max_dynamic_shared_memory() {
+  static PerDevice<int64_t> limit;
+  return limit.get([]() -> Result<int64_t> {
+    int device = 0, bytes = 0;
+    KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+    KUIPER_CUDA_CHECK(
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return static_cast<int64_t>(bytes);
+  });
+}
+
+// Whether gemv_mma takes this product: T16 multiplies (x or out 16-bit, an fp32 x only when
+// normalised), the reader's chunks apply, K holds whole super-steps and a quantized weight's
+// scale groups whole super-steps, T <= kMmaGemvMaxRows, and one staged row of x fits.
+template <typename Reader, typename TX, typename TO>
+bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
+  if constexpr (std::is_same_v<TX, float> && std::is_same_v<TO, float>) {
+    return false;
+  } else {
+    constexpr int64_t kStep = 4 * Reader::kVec;
+    if (std::is_same_v<TX, float> && a.norm == nullptr) return false;
+    if (a.T < 1 || a.T > kMmaGemvMaxRows || a.K % kStep != 0) return false;
+    if (Reader::kScaled && a.w.block_cols % kStep != 0) return false;
+    if (!Reader::vectorizable(a.w)) return false;
+    return (a.K / 2 + kMmaGemvPadPairs) * 4 <= smem_limit;
+  }
+}
+
+// Launches gemv_mma_kernel over x's rows, as many per launch as shared memory holds (each launch
+// reads the weights once).
+template <typename Reader, typename TX, typename TO>
+Status launch_gemv_mma(GemvArgs a, int64_t smem_limit) {
+  using T16 = MmaType<TX, TO>;
+  KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, T16, TX, TO>>(
+      static_cast<size_t>(smem_limit))));
+  const int64_t row_bytes = (a.K / 2 + kMmaGemvPadPairs) * 4;
+  const int64_t per_launch = std::min<int64_t>(a.T, smem_limit / row_bytes);
+  const int64_t tiles = a.swiglu ? (a.N + 7) / 8 : (a.N + 15) / 16;
+  const int64_t T = a.T;
+  for (int64_t t0 = 0; t0 < T; t0 += per_launch) {
+    GemvArgs b = a;
+    b.T = std::min(per_launch, T - t0);
+    b.x = static_cast<const TX*>(a.x) + t0 * a.K;
+    b.out = static_cast<TO*>(a.out) + t0 * a.N;
+    KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, T16, TX, TO>, dim3(static_cast<unsigned>(tiles)),
+                                      dim3(kMmaGemvThreads), static_cast<size_t>(b.T * row_bytes),
+                                      "tensor-core gemv kernel launch", b));
+  }
+  return Status::Ok();
+}
+
+// The product through gemv_mma when it applies: true when it ran, false when the caller's other
+// path must. visit_reader as in gemv() (gemv.cuh).
+template <typename VisitReader>
+Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
+                      Tensor& out, VisitReader&& visit_reader) {
+  GemvArgs a = gemv_args(x, w, o, out);
+  if (a.T < 1 || a.T > kMmaGemvMaxRows) return false;
+  KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
+  // What the kernel's static shared memory leaves of the block's limit.
+  const int64_t smem_limit = optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps *
+                                         (32 * 4 + kMmaGemvMaxRows);
+  bool ran = false;
+  KUIPER_RETURN_IF_ERROR(
+      visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
+        using TX = typename decltype(x_tag)::type;
+        using TO = typename decltype(out_tag)::type;
+        return visit_reader(w, [&](auto reader_tag) -> Status {
+          using Reader = typename decltype(reader_tag)::type;
+          if constexpr (std::is_same_v<TX, float> && std::is_same_v<TO, float>) {
+            return Status::Ok();
+          } else if constexpr (!Reader::template kHasPairs<MmaType<TX, TO>>) {
+            return Status::Ok();
+          } else {
+            a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
+            if (!gemv_mma_applies<Reader, TX, TO>(a, smem_limit)) return Status::Ok();
+            ran = true;
+            return launch_gemv_mma<Reader, TX, TO>(a, smem_limit);
+          }
+        });
+      }));
+  return ran;
+}
+
+}  // namespace kuiper::cuda
