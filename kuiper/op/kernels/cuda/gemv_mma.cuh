@@ -30,8 +30,11 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kuiper/op/kernels/cuda/gemv.cuh"
 #include "kuiper/op/kernels/cuda/tensor_core.cuh"
@@ -136,64 +139,140 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs) {
   __syncthreads();
 }
 
+// A tile's 16 weight rows: the lane's two (A and C rows g and g + 8 of the tile) and whether
+// each exists. SwiGLU tiles are 8 gate rows and the 8 up rows up_offset further.
+struct MmaTileRows {
+  int64_t row[2];
+  bool valid[2];
+  __device__ MmaTileRows(const GemvArgs& a, int64_t tile, int g) {
+    if (a.swiglu) {
+      row[0] = tile * 8 + g;
+      row[1] = row[0] + a.up_offset;
+      valid[0] = valid[1] = row[0] < a.N;
+    } else {
+      row[0] = tile * 16 + g;
+      row[1] = row[0] + 8;
+      valid[0] = row[0] < a.N;
+      valid[1] = row[1] < a.N;
+    }
+  }
+};
+
+// One tile's outputs from the warps' partial sums (sums[warp][lane][4], `workers` warps), for
+// the lane's C fragment: v[h] is (row[0], x row 2c + h), v[2 + h] is (row[1], x row 2c + h).
+// Every intermediate is rounded to TO where the unfused ops would store it, as in the one-row
+// GEMV.
+template <typename TO>
+__device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t, const float (*sums)[32][4],
+                                  int workers, int lane) {
+  const int c = lane % 4;
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = 0.0f;
+    for (int w = 0; w < workers; ++w) v[i] += sums[w][lane][i];
+  }
+  auto finish = [&](float value, int r) {
+    if (a.bias != nullptr) value += load_as_float(a.bias, a.bias_dtype, t.row[r]);
+    return to_float(from_float<TO>(value));
+  };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = 2 * c + h;
+    if (n >= a.T) continue;
+    TO* out = static_cast<TO*>(a.out) + n * a.N;
+    if (a.swiglu) {
+      if (!t.valid[0]) continue;
+      const float gate = finish(v[h], 0), up = finish(v[2 + h], 1);
+      out[t.row[0]] = from_float<TO>(gate / (1.0f + expf(-gate)) * up);
+      continue;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!t.valid[r]) continue;
+      float value = finish(v[2 * r + h], r);
+      if (a.residual) value = to_float(out[t.row[r]]) + value;
+      out[t.row[r]] = from_float<TO>(value);
+    }
+  }
+}
+
+// A persistent grid: block b takes tiles b, b + gridDim.x, ... with x staged once. Warp w takes
+// super-steps w, w + 8, ... of each of its block's tiles, and its 16-byte loads run
+// kMmaGemvUnroll super-steps ahead of its mma through a ring of registers that carries on across
+// tiles, so the weights stream without a gap between tiles. After its last super-step of a tile
+// a warp leaves its sums in shared memory (two buffers, by tile parity) and the block meets at a
+// barrier; warp (tile % 8) adds them up and stores the tile's outputs while the others go on.
 template <typename Reader, typename T16, typename TX, typename TO>
-__global__ void __launch_bounds__(kMmaGemvThreads, 2) gemv_mma_kernel(const GemvArgs a) {
+__global__ void __launch_bounds__(kMmaGemvThreads, 2)
+    gemv_mma_kernel(const GemvArgs a, int64_t tiles) {
   extern __shared__ __align__(16) float xs_storage[];  // the one-row GEMV's name and type too
   uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
-  __shared__ float sums[kMmaGemvWarps][32][4];  // each warp's share of the split K
+  __shared__ float sums[2][kMmaGemvWarps][32][4];
   constexpr int kVec = Reader::kVec;
+  constexpr int kRing = kMmaGemvUnroll;
   using Layout = MmaXs<kVec>;
   using Meta = typename Reader::Meta;
   const Reader reader(a.w);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
-  // The lane's two weight rows (A rows g and g + 8 of the tile, C rows likewise).
-  int64_t row[2];
-  bool valid[2];
-  if (a.swiglu) {
-    row[0] = static_cast<int64_t>(blockIdx.x) * 8 + g;
-    row[1] = row[0] + a.up_offset;
-    valid[0] = valid[1] = row[0] < a.N;
-  } else {
-    row[0] = static_cast<int64_t>(blockIdx.x) * 16 + g;
-    row[1] = row[0] + 8;
-    valid[0] = row[0] < a.N;
-    valid[1] = row[1] < a.N;
-  }
   const int64_t steps = a.K / (4 * kVec);  // super-steps: a chunk for each c
-  const typename Reader::Row rows[2] = {reader.row(valid[0] ? row[0] : 0),
-                                        reader.row(valid[1] ? row[1] : 0)};
-  // A missing row stays zeros, which every reader's pairs turn into zero weights.
-  uint4 raw[2][kMmaGemvUnroll] = {};
-  Meta meta[2][kMmaGemvUnroll] = {};
-  auto load = [&](int64_t s0) {
+  const int64_t per_tile = steps > warp ? (steps - warp + kMmaGemvWarps - 1) / kMmaGemvWarps : 0;
+  const int workers = static_cast<int>(steps < kMmaGemvWarps ? steps : kMmaGemvWarps);
+  const int64_t my_tiles = (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
+
+  // The ring: slot j holds a super-step's chunks of the lane's two rows (zeros for a missing
+  // row, which every reader's pairs turn into zero weights) and their scales.
+  uint4 raw[2][kRing];
+  Meta meta[2][kRing];
+  int64_t load_tile = 0, load_step = 0;  // the next super-step to load: (tile ordinal, m)
+  auto issue = [&](int j) {
+    if (load_tile >= my_tiles) return;
+    const MmaTileRows t(a, blockIdx.x + load_tile * gridDim.x, g);
+    const int64_t q = 4 * (warp + kMmaGemvWarps * load_step) + c;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int u = 0; u < kMmaGemvUnroll; ++u) {
-        const int64_t s = s0 + kMmaGemvWarps * u;
-        if (valid[r] && s < steps) {
-          raw[r][u] = __ldcs(rows[r].chunks + 4 * s + c);
-          meta[r][u] = reader.meta(rows[r], 4 * s + c);
-        }
+      raw[r][j] = make_uint4(0u, 0u, 0u, 0u);
+      meta[r][j] = Meta{};
+      if (t.valid[r]) {
+        const typename Reader::Row row = reader.row(t.row[r]);
+        raw[r][j] = __ldcs(row.chunks + q);
+        meta[r][j] = reader.meta(row, q);
       }
     }
+    if (++load_step == per_tile) {
+      load_step = 0;
+      ++load_tile;
+    }
   };
-  load(warp);  // weights only: safe before the previous kernel has finished
+  if (per_tile > 0) {
+#pragma unroll
+    for (int j = 0; j < kRing; ++j) issue(j);  // weights only: safe before the previous kernel ends
+  }
   grid_dependency_wait();
   grid_launch_dependents();
   stage_x_pairs<Reader, T16, TX>(a, xs);
 
   const bool has_x = g < a.T;
   const uint32_t* x_row = xs + g * Layout::row_pairs(a.K);
+  auto end_tile = [&](int64_t i) {  // every warp, once per tile, in tile order
+    __syncthreads();
+    if (i % kMmaGemvWarps == warp) {
+      mma_gemv_epilogue<TO>(a, MmaTileRows(a, blockIdx.x + i * gridDim.x, g), sums[i & 1], workers,
+                            lane);
+    }
+  };
+  if (per_tile == 0) {  // K has fewer super-steps than the block has warps: barriers only
+    for (int64_t i = 0; i < my_tiles; ++i) end_tile(i);
+    return;
+  }
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t s0 = warp; s0 < steps; s0 += kMmaGemvWarps * kMmaGemvUnroll) {
-    if (s0 != warp) load(s0);
+  int64_t tile = 0, m = 0;  // the super-step the mma is at
+  while (tile < my_tiles) {
 #pragma unroll
-    for (int u = 0; u < kMmaGemvUnroll; ++u) {
-      const int64_t s = s0 + kMmaGemvWarps * u;
-      if (s >= steps) break;  // warp-uniform: the mma needs every lane
-      const int64_t q = 4 * s + c;
+    for (int j = 0; j < kRing; ++j) {
+      if (tile >= my_tiles) break;  // warp-uniform, as is everything the mma depends on
+      const int64_t q = 4 * (warp + kMmaGemvWarps * m) + c;
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int jj = 0; jj < Layout::kUnits; ++jj) {
@@ -201,12 +280,12 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2) gemv_mma_kernel(const Gemv
         if (has_x) b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q, jj, g));
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int j = 2 * jj + h;  // the mma step: the chunk's pairs 2j and 2j + 1
+          const int step = 2 * jj + h;  // the mma step: the chunk's pairs 2 step, 2 step + 1
           const uint32_t frag[4] = {
-              Reader::template pair<T16>(raw[0][u], meta[0][u], 2 * j),
-              Reader::template pair<T16>(raw[1][u], meta[1][u], 2 * j),
-              Reader::template pair<T16>(raw[0][u], meta[0][u], 2 * j + 1),
-              Reader::template pair<T16>(raw[1][u], meta[1][u], 2 * j + 1)};
+              Reader::template pair<T16>(raw[0][j], meta[0][j], 2 * step),
+              Reader::template pair<T16>(raw[1][j], meta[1][j], 2 * step),
+              Reader::template pair<T16>(raw[0][j], meta[0][j], 2 * step + 1),
+              Reader::template pair<T16>(raw[1][j], meta[1][j], 2 * step + 1)};
           if constexpr (Reader::kScaled) {
             TensorCore<T16>::mma(part, frag, h ? b.z : b.x, h ? b.w : b.y);
           } else {
@@ -216,50 +295,24 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2) gemv_mma_kernel(const Gemv
       }
       if constexpr (Reader::kScaled) {
         constexpr float kPairScale = Reader::template pair_scale<T16>();
-        const float s_lo = Reader::scale(meta[0][u]) * kPairScale;
-        const float s_hi = Reader::scale(meta[1][u]) * kPairScale;
+        const float s_lo = Reader::scale(meta[0][j]) * kPairScale;
+        const float s_hi = Reader::scale(meta[1][j]) * kPairScale;
         acc[0] += part[0] * s_lo;
         acc[1] += part[1] * s_lo;
         acc[2] += part[2] * s_hi;
         acc[3] += part[3] * s_hi;
       }
-    }
-  }
-
+      issue(j);  // the slot is free: the super-step kRing ahead
+      if (++m == per_tile) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) sums[warp][lane][i] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float v[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kMmaGemvWarps; ++w) v[i] += sums[w][lane][i];
-  }
-  // C: v[h] is (row[0], x row 2c + h), v[2 + h] is (row[1], x row 2c + h). Every intermediate is
-  // rounded to TO where the unfused ops would store it, as in the one-row GEMV.
-  auto finish = [&](float value, int r) {
-    if (a.bias != nullptr) value += load_as_float(a.bias, a.bias_dtype, row[r]);
-    return to_float(from_float<TO>(value));
-  };
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int n = 2 * c + h;
-    if (n >= a.T) continue;
-    TO* out = static_cast<TO*>(a.out) + n * a.N;
-    if (a.swiglu) {
-      if (!valid[0]) continue;
-      const float gate = finish(v[h], 0), up = finish(v[2 + h], 1);
-      out[row[0]] = from_float<TO>(gate / (1.0f + expf(-gate)) * up);
-      continue;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!valid[r]) continue;
-      float value = finish(v[2 * r + h], r);
-      if (a.residual) value = to_float(out[row[r]]) + value;
-      out[row[r]] = from_float<TO>(value);
+        for (int i = 0; i < 4; ++i) {
+          sums[tile & 1][warp][lane][i] = acc[i];
+          acc[i] = 0.0f;
+        }
+        end_tile(tile);
+        m = 0;
+        ++tile;
+      }
     }
   }
 }
@@ -293,8 +346,29 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
   }
 }
 
+// Blocks of gemv_mma_kernel that fit on the current GPU at once with `smem` bytes of x: an
+// occupancy query, cached per device and size.
+template <typename Reader, typename T16, typename TX, typename TO>
+Result<int64_t> gemv_mma_fit(int64_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int64_t>, int64_t> fits;
+  int device = 0;
+  KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = fits.find({device, smem});
+  if (found != fits.end()) return found->second;
+  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
+  int per_sm = 0;
+  KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, gemv_mma_kernel<Reader, T16, TX, TO>, kMmaGemvThreads, static_cast<size_t>(smem)));
+  const int64_t fit = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  fits.emplace(std::make_pair(device, smem), fit);
+  return fit;
+}
+
 // Launches gemv_mma_kernel over x's rows, as many per launch as shared memory holds (each launch
-// reads the weights once).
+// reads the weights once), on a persistent grid: as many blocks as fit at once, each taking the
+// same number of tiles (give or take one for the last).
 template <typename Reader, typename TX, typename TO>
 Status launch_gemv_mma(GemvArgs a, int64_t smem_limit) {
   using T16 = MmaType<TX, TO>;
@@ -309,9 +383,14 @@ Status launch_gemv_mma(GemvArgs a, int64_t smem_limit) {
     b.T = std::min(per_launch, T - t0);
     b.x = static_cast<const TX*>(a.x) + t0 * a.K;
     b.out = static_cast<TO*>(a.out) + t0 * a.N;
-    KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, T16, TX, TO>, dim3(static_cast<unsigned>(tiles)),
-                                      dim3(kMmaGemvThreads), static_cast<size_t>(b.T * row_bytes),
-                                      "tensor-core gemv kernel launch", b));
+    const int64_t smem = b.T * row_bytes;
+    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, T16, TX, TO>(smem)));
+    const int64_t per_block = (tiles + fit - 1) / fit;
+    const int64_t blocks = (tiles + per_block - 1) / per_block;
+    KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, T16, TX, TO>,
+                                      dim3(static_cast<unsigned>(blocks)), dim3(kMmaGemvThreads),
+                                      static_cast<size_t>(smem), "tensor-core gemv kernel launch",
+                                      b, tiles));
   }
   return Status::Ok();
 }
@@ -326,7 +405,7 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
   // What the kernel's static shared memory leaves of the block's limit.
   const int64_t smem_limit = optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps *
-                                         (32 * 4 + kMmaGemvMaxRows);
+                                         (2 * 32 * 4 + kMmaGemvMaxRows);
   bool ran = false;
   KUIPER_RETURN_IF_ERROR(
       visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
