@@ -61,12 +61,10 @@ using MmaType = std::conditional_t<std::is_same_v<TX, float>, TO, TX>;
 template <int kVec>
 struct MmaXs {
   static constexpr int kUnits = kVec / 8;
-  static __device__ __forceinline__ int64_t row_pairs(int64_t K) {
-    return K / 2 + kMmaGemvPadPairs;
-  }
+  static __device__ __forceinline__ int row_pairs(int K) { return K / 2 + kMmaGemvPadPairs; }
   // Where unit j of chunk q of row n begins, in pairs from the start of the row.
-  static __device__ __forceinline__ int64_t at(int64_t q, int j, int n) {
-    const int odd = n & 1, c = static_cast<int>(q & 3);
+  static __device__ __forceinline__ int at(int q, int j, int n) {
+    const int odd = n & 1, c = q & 3;
     int unit = j;
     if constexpr (kUnits == 4) unit = j ^ ((c >> 1) | (odd << 1));
     if constexpr (kUnits == 2) unit = j ^ odd;
@@ -74,23 +72,32 @@ struct MmaXs {
   }
 };
 
+// Dynamic shared memory: the staged rows of x, then (biased pairs) the sum of each super-step's
+// staged x [T][steps].
+inline int64_t gemv_mma_smem(int64_t T, int64_t K, int kVec, bool biased) {
+  const int64_t x_bytes = T * (K / 2 + kMmaGemvPadPairs) * 4;
+  return x_bytes + (biased ? T * (K / (4 * kVec)) * 4 : 0);
+}
+
 // Stages rows [0, T) of x into xs (MmaXs) as T16 pairs: with a norm, as the unfused rmsnorm
 // stores it (weight * (x / rms), rounded to T16), else x rounded to T16 (x is T16 already, the
-// launcher's precondition). Ends with a barrier.
+// launcher's precondition); for biased pairs, also each super-step's sum of the staged values
+// (in a fixed order: the same sums whatever else runs). Ends with a barrier.
 template <typename Reader, typename T16, typename TX>
-__device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs) {
+__device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
   constexpr int kVec = Reader::kVec;
   using Layout = MmaXs<kVec>;
   __shared__ float sumsq[kMmaGemvWarps][kMmaGemvMaxRows];
   const TX* x = static_cast<const TX*>(a.x);
-  const int64_t K = a.K, chunks = K / kVec, pairs = Layout::row_pairs(K);
+  const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
+  const int chunks = K / kVec, pairs = Layout::row_pairs(K);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool norm = a.norm != nullptr;
   if (norm) {
-    for (int n = 0; n < a.T; ++n) {
+    for (int n = 0; n < T; ++n) {
       float local = 0.0f;
-      for (int64_t k = threadIdx.x; k < K; k += kMmaGemvThreads) {
-        const float v = to_float(x[n * K + k]);
+      for (int k = threadIdx.x; k < K; k += kMmaGemvThreads) {
+        const float v = to_float(x[static_cast<int64_t>(n) * K + k]);
         local += v * v;
       }
       local = warp_sum(local);
@@ -98,10 +105,9 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs) {
     }
     __syncthreads();
   }
-  for (int64_t i = threadIdx.x; i < a.T * chunks; i += kMmaGemvThreads) {
-    const int n = static_cast<int>(i / chunks);
-    const int64_t q = i % chunks, k0 = q * kVec;
-    const TX* src = x + n * K + k0;
+  for (int i = threadIdx.x; i < T * chunks; i += kMmaGemvThreads) {
+    const int n = i / chunks, q = i % chunks, k0 = q * kVec;
+    const TX* src = x + static_cast<int64_t>(n) * K + k0;
     float f[kVec];
     constexpr int kPerLoad = 16 / static_cast<int>(sizeof(TX));
     if (a.x_vectorized) {
@@ -122,7 +128,9 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs) {
       for (int w = 0; w < kMmaGemvWarps; ++w) total += sumsq[w][n];
       const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.eps);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) f[e] = load_as_float(a.norm, a.norm_dtype, k0 + e) * (f[e] * inv);
+      for (int e = 0; e < kVec; ++e) {
+        f[e] = load_as_float(a.norm, a.norm_dtype, k0 + e) * (f[e] * inv);
+      }
     }
 #pragma unroll
     for (int j = 0; j < Layout::kUnits; ++j) {
@@ -137,6 +145,21 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs) {
     }
   }
   __syncthreads();
+  if constexpr (Reader::kBiasedPairs) {
+    const int steps = chunks / 4;
+    for (int i = threadIdx.x; i < T * steps; i += kMmaGemvThreads) {
+      const int n = i / steps, s = i % steps;
+      const uint32_t* row = xs + n * pairs + s * 4 * (kVec / 2);  // 4 chunks, in order
+      float sum = 0.0f;
+      for (int p = 0; p < 4 * (kVec / 2); ++p) {
+        const uint32_t v = row[p];
+        sum += to_float(*reinterpret_cast<const T16*>(&v)) +
+               to_float(*(reinterpret_cast<const T16*>(&v) + 1));
+      }
+      xsum[i] = sum;
+    }
+    __syncthreads();
+  }
 }
 
 // A tile's 16 weight rows: the lane's two (A and C rows g and g + 8 of the tile) and whether
@@ -144,13 +167,13 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs) {
 struct MmaTileRows {
   int64_t row[2];
   bool valid[2];
-  __device__ MmaTileRows(const GemvArgs& a, int64_t tile, int g) {
+  __device__ MmaTileRows(const GemvArgs& a, int tile, int g) {
     if (a.swiglu) {
-      row[0] = tile * 8 + g;
+      row[0] = static_cast<int64_t>(tile) * 8 + g;
       row[1] = row[0] + a.up_offset;
       valid[0] = valid[1] = row[0] < a.N;
     } else {
-      row[0] = tile * 16 + g;
+      row[0] = static_cast<int64_t>(tile) * 16 + g;
       row[1] = row[0] + 8;
       valid[0] = row[0] < a.N;
       valid[1] = row[1] < a.N;
@@ -163,8 +186,8 @@ struct MmaTileRows {
 // Every intermediate is rounded to TO where the unfused ops would store it, as in the one-row
 // GEMV.
 template <typename TO>
-__device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t, const float (*sums)[32][4],
-                                  int workers, int lane) {
+__device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t,
+                                  const float (*sums)[32][4], int workers, int lane) {
   const int c = lane % 4;
   float v[4];
 #pragma unroll
@@ -203,9 +226,11 @@ __device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t, const
 // tiles, so the weights stream without a gap between tiles. After its last super-step of a tile
 // a warp leaves its sums in shared memory (two buffers, by tile parity) and the block meets at a
 // barrier; warp (tile % 8) adds them up and stores the tile's outputs while the others go on.
+// Rows past N (a partial last tile) read row 0 and x rows past T read row T - 1: the mma keeps
+// every row and column of its product apart, and those are never stored.
 template <typename Reader, typename T16, typename TX, typename TO>
 __global__ void __launch_bounds__(kMmaGemvThreads, 2)
-    gemv_mma_kernel(const GemvArgs a, int64_t tiles) {
+    gemv_mma_kernel(const GemvArgs a, int tiles) {
   extern __shared__ __align__(16) float xs_storage[];  // the one-row GEMV's name and type too
   uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
   __shared__ float sums[2][kMmaGemvWarps][32][4];
@@ -216,68 +241,71 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   const Reader reader(a.w);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
-  const int64_t steps = a.K / (4 * kVec);  // super-steps: a chunk for each c
-  const int64_t per_tile = steps > warp ? (steps - warp + kMmaGemvWarps - 1) / kMmaGemvWarps : 0;
-  const int workers = static_cast<int>(steps < kMmaGemvWarps ? steps : kMmaGemvWarps);
-  const int64_t my_tiles = (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
+  const int steps = K / (4 * kVec);  // super-steps: a chunk for each c
+  const int per_tile = steps > warp ? (steps - warp + kMmaGemvWarps - 1) / kMmaGemvWarps : 0;
+  const int workers = steps < kMmaGemvWarps ? steps : kMmaGemvWarps;
+  const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+  float* xsum = xs_storage + T * Layout::row_pairs(K);
 
-  // The ring: slot j holds a super-step's chunks of the lane's two rows (zeros for a missing
-  // row, which every reader's pairs turn into zero weights) and their scales.
+  // The ring: slot j holds a super-step's chunks of the lane's two rows and their scales.
   uint4 raw[2][kRing];
   Meta meta[2][kRing];
-  int64_t load_tile = 0, load_step = 0;  // the next super-step to load: (tile ordinal, m)
+  int load_tile = 0, load_m = 0;  // the next super-step to load: (tile ordinal, m)
+  typename Reader::Row load_rows[2];
+  auto set_load_rows = [&]() {
+    const MmaTileRows t(a, static_cast<int>(blockIdx.x) + load_tile * gridDim.x, g);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) load_rows[r] = reader.row(t.valid[r] ? t.row[r] : 0);
+  };
   auto issue = [&](int j) {
     if (load_tile >= my_tiles) return;
-    const MmaTileRows t(a, blockIdx.x + load_tile * gridDim.x, g);
-    const int64_t q = 4 * (warp + kMmaGemvWarps * load_step) + c;
+    const int q = 4 * (warp + kMmaGemvWarps * load_m) + c;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      raw[r][j] = make_uint4(0u, 0u, 0u, 0u);
-      meta[r][j] = Meta{};
-      if (t.valid[r]) {
-        const typename Reader::Row row = reader.row(t.row[r]);
-        raw[r][j] = __ldcs(row.chunks + q);
-        meta[r][j] = reader.meta(row, q);
-      }
+      raw[r][j] = __ldcs(load_rows[r].chunks + q);
+      meta[r][j] = reader.meta(load_rows[r], q);
     }
-    if (++load_step == per_tile) {
-      load_step = 0;
-      ++load_tile;
+    if (++load_m == per_tile) {
+      load_m = 0;
+      if (++load_tile < my_tiles) set_load_rows();
     }
   };
   if (per_tile > 0) {
+    set_load_rows();
 #pragma unroll
     for (int j = 0; j < kRing; ++j) issue(j);  // weights only: safe before the previous kernel ends
   }
   grid_dependency_wait();
   grid_launch_dependents();
-  stage_x_pairs<Reader, T16, TX>(a, xs);
+  stage_x_pairs<Reader, T16, TX>(a, xs, xsum);
 
-  const bool has_x = g < a.T;
-  const uint32_t* x_row = xs + g * Layout::row_pairs(a.K);
-  auto end_tile = [&](int64_t i) {  // every warp, once per tile, in tile order
+  const int x_n = g < T ? g : T - 1;  // this lane's column of B
+  const uint32_t* x_row = xs + x_n * Layout::row_pairs(K);
+  auto end_tile = [&](int i) {  // every warp, once per tile, in tile order
     __syncthreads();
     if (i % kMmaGemvWarps == warp) {
-      mma_gemv_epilogue<TO>(a, MmaTileRows(a, blockIdx.x + i * gridDim.x, g), sums[i & 1], workers,
-                            lane);
+      mma_gemv_epilogue<TO>(a, MmaTileRows(a, static_cast<int>(blockIdx.x) + i * gridDim.x, g),
+                            sums[i & 1], workers, lane);
     }
   };
   if (per_tile == 0) {  // K has fewer super-steps than the block has warps: barriers only
-    for (int64_t i = 0; i < my_tiles; ++i) end_tile(i);
+    for (int i = 0; i < my_tiles; ++i) end_tile(i);
     return;
   }
+  // The C columns of this lane (x rows 2c and 2c + 1, clamped as x_n) for the biased pairs' sums.
+  const int n_lo = 2 * c < T ? 2 * c : T - 1, n_hi = 2 * c + 1 < T ? 2 * c + 1 : T - 1;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int64_t tile = 0, m = 0;  // the super-step the mma is at
+  int tile = 0, m = 0;  // the super-step the mma is at
   while (tile < my_tiles) {
 #pragma unroll
     for (int j = 0; j < kRing; ++j) {
       if (tile >= my_tiles) break;  // warp-uniform, as is everything the mma depends on
-      const int64_t q = 4 * (warp + kMmaGemvWarps * m) + c;
+      const int s = warp + kMmaGemvWarps * m, q = 4 * s + c;
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int jj = 0; jj < Layout::kUnits; ++jj) {
-        uint4 b = make_uint4(0u, 0u, 0u, 0u);
-        if (has_x) b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q, jj, g));
+        const uint4 b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q, jj, x_n));
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int step = 2 * jj + h;  // the mma step: the chunk's pairs 2 step, 2 step + 1
@@ -294,6 +322,15 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
         }
       }
       if constexpr (Reader::kScaled) {
+        if constexpr (Reader::kBiasedPairs) {
+          const float sum_lo = xsum[n_lo * steps + s], sum_hi = xsum[n_hi * steps + s];
+          const float b0 = Reader::template pair_bias<T16>(meta[0][j]);
+          const float b1 = Reader::template pair_bias<T16>(meta[1][j]);
+          part[0] -= b0 * sum_lo;
+          part[1] -= b0 * sum_hi;
+          part[2] -= b1 * sum_lo;
+          part[3] -= b1 * sum_hi;
+        }
         constexpr float kPairScale = Reader::template pair_scale<T16>();
         const float s_lo = Reader::scale(meta[0][j]) * kPairScale;
         const float s_hi = Reader::scale(meta[1][j]) * kPairScale;
@@ -342,7 +379,8 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
     if (a.T < 1 || a.T > kMmaGemvMaxRows || a.K % kStep != 0) return false;
     if (Reader::kScaled && a.w.block_cols % kStep != 0) return false;
     if (!Reader::vectorizable(a.w)) return false;
-    return (a.K / 2 + kMmaGemvPadPairs) * 4 <= smem_limit;
+    return gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs) <= smem_limit &&
+           a.N < (int64_t{1} << 30);
   }
 }
 
@@ -374,8 +412,8 @@ Status launch_gemv_mma(GemvArgs a, int64_t smem_limit) {
   using T16 = MmaType<TX, TO>;
   KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, T16, TX, TO>>(
       static_cast<size_t>(smem_limit))));
-  const int64_t row_bytes = (a.K / 2 + kMmaGemvPadPairs) * 4;
-  const int64_t per_launch = std::min<int64_t>(a.T, smem_limit / row_bytes);
+  const int64_t per_launch = std::min<int64_t>(
+      a.T, smem_limit / gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs));
   const int64_t tiles = a.swiglu ? (a.N + 7) / 8 : (a.N + 15) / 16;
   const int64_t T = a.T;
   for (int64_t t0 = 0; t0 < T; t0 += per_launch) {
@@ -383,14 +421,14 @@ Status launch_gemv_mma(GemvArgs a, int64_t smem_limit) {
     b.T = std::min(per_launch, T - t0);
     b.x = static_cast<const TX*>(a.x) + t0 * a.K;
     b.out = static_cast<TO*>(a.out) + t0 * a.N;
-    const int64_t smem = b.T * row_bytes;
+    const int64_t smem = gemv_mma_smem(b.T, a.K, Reader::kVec, Reader::kBiasedPairs);
     KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, T16, TX, TO>(smem)));
     const int64_t per_block = (tiles + fit - 1) / fit;
     const int64_t blocks = (tiles + per_block - 1) / per_block;
     KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, T16, TX, TO>,
                                       dim3(static_cast<unsigned>(blocks)), dim3(kMmaGemvThreads),
                                       static_cast<size_t>(smem), "tensor-core gemv kernel launch",
-                                      b, tiles));
+                                      b, static_cast<int>(tiles)));
   }
   return Status::Ok();
 }

@@ -18,9 +18,10 @@
 // so a dot product takes one multiply by the scale per chunk, not per weight. For the
 // tensor-core GEMV (gemv_mma.cuh), which feeds mma.sync 16-bit pairs, each reader also gives
 //   pair<T16>(raw, meta, p)   weights pair_col(p, 0) (low half) and pair_col(p, 1) of the chunk
-//                             as two T16 (half or bf16) in one register, before the scale and
-//                             divided by pair_scale<T16>(); exact (every code minus its zero
-//                             fits 8 bits of mantissa), 0 <= p < kVec / 2, where
+//                             as two T16 (half or bf16) in one register, before the scale,
+//                             divided by pair_scale<T16>() and, where kBiasedPairs, plus
+//                             pair_bias<T16>(meta) (which the GEMV takes off once a super-step,
+//                             times the sum of x); exact, 0 <= p < kVec / 2, where
 //                             kHasPairs<T16> (plain weights: T16 is their own type)
 // where the pairing is whichever the format unpacks in the fewest instructions: the product
 // sums over a chunk's columns in any order, so x is staged in the same pair order.
@@ -94,6 +95,14 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&h);
   }
+}
+
+// (a & mask) | bits in one LOP3 (the compiler splits a mask-and-or with two constants into two).
+template <uint32_t kMask, uint32_t kBits>
+__device__ __forceinline__ uint32_t and_or(uint32_t a) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "n"(kMask), "n"(kBits));
+  return d;
 }
 
 // a - b on two T16 pairs.
@@ -198,6 +207,7 @@ struct PlainReader {
   // Pairs: the chunk's words as stored (T16 == TW, the only case gemv_mma takes).
   template <typename T16>
   static constexpr bool kHasPairs = std::is_same_v<T16, TW>;
+  static constexpr bool kBiasedPairs = false;
   static constexpr int pair_col(int p, int h) { return 2 * p + h; }
   template <typename T16>
   static constexpr float pair_scale() { return 1.0f; }
@@ -254,6 +264,7 @@ struct Fp8Reader {
   // conversion, and 2^120 joins the block's scale.
   template <typename T16>
   static constexpr bool kHasPairs = true;
+  static constexpr bool kBiasedPairs = false;
   static constexpr int pair_col(int p, int h) { return 2 * p + h; }
   template <typename T16>
   static constexpr float pair_scale() {
@@ -330,25 +341,31 @@ struct IntReader {
   static constexpr bool kScaled = true;
   // Pairs. kInt4: nibbles s and s + 4 of a word (one shift and one mask-and-or a pair: columns
   // 8w + s and 8w + s + 4), each under the exponent of 128 (bf16) or 1024 (fp16), so the pair
-  // holds 128 + q (1024 + q) exactly; one subtraction of (128 + zero) leaves q - zero. kInt8:
-  // bytes 2p and 2p + 1 under fp16's 1024 the same way (bf16 holds 128 + q exactly only below
-  // 128, so its pairs go through fp32).
+  // holds 128 + q (1024 + q) exactly; the GEMV takes off (128 + zero) times the sum of x once a
+  // super-step instead of once a pair. kInt8: bytes 2p and 2p + 1 under fp16's 1024 the same
+  // way, minus (1024 + zero) at once (bf16 holds 128 + q exactly only below 128, so its pairs go
+  // through fp32).
   template <typename T16>
   static constexpr bool kHasPairs = true;
+  static constexpr bool kBiasedPairs = kBits == 4;
   static constexpr int pair_col(int p, int h) {
     return kBits == 4 ? 8 * (p / 4) + p % 4 + 4 * h : 2 * p + h;
   }
   template <typename T16>
   static constexpr float pair_scale() { return 1.0f; }
   template <typename T16>
+  static constexpr uint32_t kInt4Magic = std::is_same_v<T16, __half> ? 0x6400u : 0x4300u;
+  template <typename T16>
+  static __device__ __forceinline__ float pair_bias(Meta m) {
+    return static_cast<float>((std::is_same_v<T16, __half> ? 1024u : 128u) + (m >> 16));
+  }
+  template <typename T16>
   static __device__ __forceinline__ uint32_t pair(uint4 raw, Meta m, int p) {
-    const uint32_t zero = m >> 16;
     if constexpr (kBits == 4) {
-      constexpr uint32_t kMagic = std::is_same_v<T16, __half> ? 0x6400u : 0x4300u;
       const uint32_t w = chunk_word(raw, p / 4) >> (4 * (p % 4));
-      const uint32_t biased = (w & 0x000f000fu) | (kMagic * 0x10001u);
-      return sub_pair<T16>(biased, (kMagic + zero) * 0x10001u);
+      return and_or<0x000f000fu, kInt4Magic<T16> * 0x10001u>(w);
     } else {
+      const uint32_t zero = m >> 16;
       const uint32_t w = chunk_word(raw, p / 2) >> (16 * (p % 2));
       const uint32_t biased = __byte_perm(w, 0x64006400u, 0x7150u);  // [q0, 0x64, q1, 0x64]
       const uint32_t diff = sub_pair<__half>(biased, (0x6400u + zero) * 0x10001u);
