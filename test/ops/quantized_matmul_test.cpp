@@ -190,8 +190,9 @@ TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
 }
 
 // A row of a small batch (the tensor-core GEMV's T columns) multiplies bit for bit as it does
-// alone, also where the batch is more rows than shared memory holds at once (K = 16384: 6 rows of
-// x a launch on an H100), for every format the GEMV reads in pairs and both 16-bit types.
+// alone, also where the batch takes several launches (K = 16384: 3 rows of x a launch on an
+// H100, so that two blocks fit a multiprocessor), for every format the GEMV reads in pairs and
+// both 16-bit types.
 TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
   SKIP_WITHOUT_CUDA();
   const Format formats[] = {{WeightFormat::kFp8, 128, 128},

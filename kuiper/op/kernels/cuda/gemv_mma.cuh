@@ -79,10 +79,31 @@ inline int64_t gemv_mma_smem(int64_t T, int64_t K, int kVec, bool biased) {
   return x_bytes + (biased ? T * (K / (4 * kVec)) * 4 : 0);
 }
 
+// x[k0, k0 + 8) as floats: one or two 16-byte loads where x is vectorized.
+template <typename TX>
+__device__ __forceinline__ void load8(const TX* src, bool vectorized, float (&f)[8]) {
+  if (vectorized) {
+    constexpr int kPerLoad = 16 / static_cast<int>(sizeof(TX));
+#pragma unroll
+    for (int l = 0; l < 8 / kPerLoad; ++l) {
+      const uint4 raw = reinterpret_cast<const uint4*>(src)[l];
+      const TX* v = reinterpret_cast<const TX*>(&raw);
+#pragma unroll
+      for (int e = 0; e < kPerLoad; ++e) f[l * kPerLoad + e] = to_float(v[e]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = to_float(src[e]);
+  }
+}
+
 // Stages rows [0, T) of x into xs (MmaXs) as T16 pairs: with a norm, as the unfused rmsnorm
 // stores it (weight * (x / rms), rounded to T16), else x rounded to T16 (x is T16 already, the
-// launcher's precondition); for biased pairs, also each super-step's sum of the staged values
-// (in a fixed order: the same sums whatever else runs). Ends with a barrier.
+// launcher's precondition); for biased pairs, also each super-step's sum of the staged values.
+// A thread takes 8 columns at a time, one 16-byte unit of xs: every reader's pairs 4j .. 4j + 3
+// of a chunk are its columns 8j + pair_col(e, h) for e < 4, whatever j. A super-step's sum is
+// added up by the 16 lanes holding its 128 columns, by shuffles in a fixed order (the same sum
+// whatever else runs). Ends with a barrier.
 template <typename Reader, typename T16, typename TX>
 __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
   constexpr int kVec = Reader::kVec;
@@ -90,76 +111,60 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
   __shared__ float sumsq[kMmaGemvWarps][kMmaGemvMaxRows];
   const TX* x = static_cast<const TX*>(a.x);
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
-  const int chunks = K / kVec, pairs = Layout::row_pairs(K);
+  const int units = K / 8, pairs = Layout::row_pairs(K), steps = K / (4 * kVec);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool norm = a.norm != nullptr;
   if (norm) {
     for (int n = 0; n < T; ++n) {
       float local = 0.0f;
-      for (int k = threadIdx.x; k < K; k += kMmaGemvThreads) {
-        const float v = to_float(x[static_cast<int64_t>(n) * K + k]);
-        local += v * v;
+      for (int u = threadIdx.x; u < units; u += kMmaGemvThreads) {
+        float f[8];
+        load8(x + static_cast<int64_t>(n) * K + 8 * u, a.x_vectorized, f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) local += f[e] * f[e];
       }
       local = warp_sum(local);
       if (lane == 0) sumsq[warp][n] = local;
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < T * chunks; i += kMmaGemvThreads) {
-    const int n = i / chunks, q = i % chunks, k0 = q * kVec;
-    const TX* src = x + static_cast<int64_t>(n) * K + k0;
-    float f[kVec];
-    constexpr int kPerLoad = 16 / static_cast<int>(sizeof(TX));
-    if (a.x_vectorized) {
-#pragma unroll
-      for (int l = 0; l < kVec / kPerLoad; ++l) {
-        const uint4 raw = reinterpret_cast<const uint4*>(src)[l];
-        const TX* v = reinterpret_cast<const TX*>(&raw);
-#pragma unroll
-        for (int e = 0; e < kPerLoad; ++e) f[l * kPerLoad + e] = to_float(v[e]);
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) f[e] = to_float(src[e]);
-    }
+  const int total = T * units;
+  // Whole warps go round together (the biased sums' shuffles); units is a multiple of 16 then.
+  for (int base = 0; base < total; base += kMmaGemvThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const bool active = i < total;
+    const int n = active ? i / units : 0, u = active ? i % units : 0;
+    float f[8];
+    load8(x + static_cast<int64_t>(n) * K + 8 * u, a.x_vectorized, f);
     if (norm) {
-      float total = 0.0f;
+      float total_sq = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kMmaGemvWarps; ++w) total += sumsq[w][n];
-      const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.eps);
+      for (int w = 0; w < kMmaGemvWarps; ++w) total_sq += sumsq[w][n];
+      const float inv = 1.0f / sqrtf(total_sq / static_cast<float>(K) + a.eps);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        f[e] = load_as_float(a.norm, a.norm_dtype, k0 + e) * (f[e] * inv);
-      }
+      for (int e = 0; e < 8; ++e) f[e] = load_as_float(a.norm, a.norm_dtype, 8 * u + e) * (f[e] * inv);
     }
+    uint32_t unit[4];
+    float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < Layout::kUnits; ++j) {
-      uint32_t unit[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int p = 4 * j + e;
-        unit[e] = pack_pair<T16>(f[Reader::pair_col(p, 0)], f[Reader::pair_col(p, 1)]);
-      }
+    for (int e = 0; e < 4; ++e) {
+      unit[e] = pack_pair<T16>(f[Reader::pair_col(e, 0)], f[Reader::pair_col(e, 1)]);
+      const T16* h = reinterpret_cast<const T16*>(&unit[e]);
+      sum += to_float(h[0]) + to_float(h[1]);
+    }
+    const int q = u / (kVec / 8), j = u % (kVec / 8);
+    if (active) {
       *reinterpret_cast<uint4*>(xs + n * pairs + Layout::at(q, j, n)) =
           make_uint4(unit[0], unit[1], unit[2], unit[3]);
     }
+    if constexpr (Reader::kBiasedPairs) {
+      static_assert(4 * Reader::kVec == 128, "a biased super-step is 16 units of 8 columns");
+#pragma unroll
+      for (int o = 8; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (active && (lane & 15) == 0) xsum[n * steps + u / 16] = sum;
+    }
   }
   __syncthreads();
-  if constexpr (Reader::kBiasedPairs) {
-    const int steps = chunks / 4;
-    for (int i = threadIdx.x; i < T * steps; i += kMmaGemvThreads) {
-      const int n = i / steps, s = i % steps;
-      const uint32_t* row = xs + n * pairs + s * 4 * (kVec / 2);  // 4 chunks, in order
-      float sum = 0.0f;
-      for (int p = 0; p < 4 * (kVec / 2); ++p) {
-        const uint32_t v = row[p];
-        sum += to_float(*reinterpret_cast<const T16*>(&v)) +
-               to_float(*(reinterpret_cast<const T16*>(&v) + 1));
-      }
-      xsum[i] = sum;
-    }
-    __syncthreads();
-  }
 }
 
 // A tile's 16 weight rows: the lane's two (A and C rows g and g + 8 of the tile) and whether
@@ -404,16 +409,26 @@ Result<int64_t> gemv_mma_fit(int64_t smem) {
   return fit;
 }
 
-// Launches gemv_mma_kernel over x's rows, as many per launch as shared memory holds (each launch
-// reads the weights once), on a persistent grid: as many blocks as fit at once, each taking the
-// same number of tiles (give or take one for the last).
+// Rows of x a launch takes: all T where two blocks a multiprocessor still fit (a second block's
+// loads in flight are worth more than one launch for all rows), else as many as do, at least
+// one.
+template <typename Reader, typename T16, typename TX, typename TO>
+Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K) {
+  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
+  for (int64_t rows = T; rows > 1; --rows) {
+    const int64_t smem = gemv_mma_smem(rows, K, Reader::kVec, Reader::kBiasedPairs);
+    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, T16, TX, TO>(smem)));
+    if (fit >= 2 * static_cast<int64_t>(sms)) return rows;
+  }
+  return int64_t{1};
+}
+
+// Launches gemv_mma_kernel over x's rows, `per_launch` at a time (each launch reads the weights
+// once), on a persistent grid: as many blocks as fit at once, each taking the same number of
+// tiles (give or take one for the last).
 template <typename Reader, typename TX, typename TO>
-Status launch_gemv_mma(GemvArgs a, int64_t smem_limit) {
+Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
   using T16 = MmaType<TX, TO>;
-  KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, T16, TX, TO>>(
-      static_cast<size_t>(smem_limit))));
-  const int64_t per_launch = std::min<int64_t>(
-      a.T, smem_limit / gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs));
   const int64_t tiles = a.swiglu ? (a.N + 7) / 8 : (a.N + 15) / 16;
   const int64_t T = a.T;
   for (int64_t t0 = 0; t0 < T; t0 += per_launch) {
@@ -434,10 +449,12 @@ Status launch_gemv_mma(GemvArgs a, int64_t smem_limit) {
 }
 
 // The product through gemv_mma when it applies: true when it ran, false when the caller's other
-// path must. visit_reader as in gemv() (gemv.cuh).
+// path must. visit_reader as in gemv() (gemv.cuh). `split_rows`: whether x's rows may take
+// several launches, each reading the weights again (worth it for quantized weights, whose other
+// path dequantizes them all; not for plain ones, whose other path is cuBLAS).
 template <typename VisitReader>
 Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
-                      Tensor& out, VisitReader&& visit_reader) {
+                      Tensor& out, bool split_rows, VisitReader&& visit_reader) {
   GemvArgs a = gemv_args(x, w, o, out);
   if (a.T < 1 || a.T > kMmaGemvMaxRows) return false;
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
@@ -457,9 +474,15 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
             return Status::Ok();
           } else {
             a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
+            using T16 = MmaType<TX, TO>;
             if (!gemv_mma_applies<Reader, TX, TO>(a, smem_limit)) return Status::Ok();
+            KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, T16, TX, TO>>(
+                static_cast<size_t>(smem_limit))));
+            KUIPER_ASSIGN_OR_RETURN(const int64_t per_launch,
+                                    (gemv_mma_rows_per_launch<Reader, T16, TX, TO>(a.T, a.K)));
+            if (per_launch < a.T && !split_rows) return Status::Ok();
             ran = true;
-            return launch_gemv_mma<Reader, TX, TO>(a, smem_limit);
+            return launch_gemv_mma<Reader, TX, TO>(a, per_launch);
           }
         });
       }));

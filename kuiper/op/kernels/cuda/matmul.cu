@@ -152,7 +152,7 @@ Status plain_gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions&
 Result<bool> plain_gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
                             Tensor& out) {
   if (x.dim(0) < 2) return false;
-  return gemv_mma(x, w, o, out,
+  return gemv_mma(x, w, o, out, /*split_rows=*/false,
                   [](const op::Weight& weight, auto&& fn) { return visit_plain_reader(weight, fn); });
 }
 
