@@ -166,19 +166,20 @@ __device__ __forceinline__ uint32_t chunk_word(const uint4& raw, int i) {
   return i == 0 ? raw.x : i == 1 ? raw.y : i == 2 ? raw.z : raw.w;
 }
 
-// Chunk c's scale index within its row of scales: c / chunks_per_block, a shift when that is a
-// power of two (every block and group size in use) instead of a division per chunk.
+// Chunk c's scale index within its row of scales, c / chunks_per_block, as one multiply-high by
+// ceil(2^32 / chunks_per_block): exact while c * chunks_per_block < 2^32, which rows of fewer than
+// 2^16 chunks (kMaxChunkedColumns) keep. (A run-time choice between a shift and a division
+// compiled to both, the division predicated off but still issued: about 25 instructions a chunk.)
+constexpr int64_t kMaxChunkedColumns = int64_t{1} << 19;
 struct ChunkBlocks {
-  uint32_t per_block, shift;
-  bool pow2;
+  uint32_t mul;  // 0 for one chunk a block
   __device__ explicit ChunkBlocks(int64_t chunks_per_block)
-      : per_block(static_cast<uint32_t>(chunks_per_block)), shift(0),
-        pow2((chunks_per_block & (chunks_per_block - 1)) == 0) {
-    while ((uint32_t{1} << shift) < per_block) ++shift;
-  }
+      : mul(chunks_per_block == 1
+                ? 0u
+                : 0xffffffffu / static_cast<uint32_t>(chunks_per_block) + 1u) {}
   __device__ __forceinline__ uint32_t of(int64_t c) const {
     const uint32_t cc = static_cast<uint32_t>(c);
-    return pow2 ? cc >> shift : cc / per_block;
+    return mul == 0u ? cc : __umulhi(cc, mul);
   }
 };
 
@@ -288,7 +289,7 @@ struct Fp8Reader {
   }
   static bool vectorizable(const WeightView& view) {
     return view.K % kVec == 0 && view.block_cols % kVec == 0 && view.row_bytes % 16 == 0 &&
-           aligned16(view.values);
+           aligned16(view.values) && view.K < kMaxChunkedColumns;
   }
 };
 
@@ -384,7 +385,7 @@ struct IntReader {
   }
   static bool vectorizable(const WeightView& view) {
     return view.K % kVec == 0 && view.block_cols % kVec == 0 && view.row_bytes % 16 == 0 &&
-           aligned16(view.values);
+           aligned16(view.values) && view.K < kMaxChunkedColumns;
   }
 };
 
