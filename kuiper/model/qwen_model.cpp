@@ -413,19 +413,15 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
 
   // The GPU reads the stacked matrices (see Layer). One token (the one-token workspace) through
   // op::linear's fused forms: the RMSNorms ride in the GEMVs that follow them, SwiGLU in the
-  // gate/up GEMV and the residual adds in the o and down GEMVs. A pass of a few rows on the GPU
-  // (batched decode, up to op::kLinearFusedRows) takes the same fused forms, one kernel a product
-  // for all its rows (the tensor-core GEMV), instead of a norm, a GEMM (and cuBLAS's split-K
-  // reduce) and a SwiGLU apart. More rows keep the norms apart and run one GEMM per stack
-  // (cuBLAS; the weights read once for every row of the pass, and one q|k|v GEMM fills the GPU
-  // where k and v alone, 1024 columns, leave most of it idle), the q/k/v split riding in the
-  // attention-input kernel and the gate/up split in SwiGLU. The CPU keeps separate matrices, and
-  // Qwen3-VL's M-RoPE separate q, k and v; so do quantized parts whose scale blocks straddle
-  // them, each stack on its own.
+  // gate/up GEMV and the residual adds in the o and down GEMVs. More rows keep the norms apart
+  // and run one GEMM per stack (cuBLAS; the weights read once for every row of the pass, and one
+  // q|k|v GEMM fills the GPU where k and v alone, 1024 columns, leave most of it idle), the
+  // q/k/v split riding in the attention-input kernel and the gate/up split in SwiGLU. The CPU
+  // keeps separate matrices, and Qwen3-VL's M-RoPE separate q, k and v; so do quantized parts
+  // whose scale blocks straddle them, each stack on its own.
   const bool one_token = ws.capacity == 1;
   const bool fused = L.qkv_proj.defined() && one_token;
   const bool stacked_qkv = L.qkv_proj.defined() && !one_token && pass.rope_axes_equal;
-  const bool fused_rows = x.device() == DeviceType::kCuda && T <= op::kLinearFusedRows;
   if (fused) {
     op::LinearOptions qkv;
     qkv.norm = &L.input_norm;
@@ -434,17 +430,9 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
     Tensor out = ws.qkv;
     KUIPER_RETURN_IF_ERROR(op::linear(x, L.qkv_proj, qkv, out));
   } else if (stacked_qkv) {
+    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
     Tensor qkv = ws.qkv.rows(0, T);
-    if (fused_rows) {
-      op::LinearOptions o;
-      o.norm = &L.input_norm;
-      o.eps = eps;
-      o.bias = c.qkv_bias ? &L.qkv_bias : nullptr;
-      KUIPER_RETURN_IF_ERROR(op::linear(x, L.qkv_proj, o, qkv));
-    } else {
-      KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
-      KUIPER_RETURN_IF_ERROR(op::matmul(h, L.qkv_proj, c.qkv_bias ? &L.qkv_bias : nullptr, qkv));
-    }
+    KUIPER_RETURN_IF_ERROR(op::matmul(h, L.qkv_proj, c.qkv_bias ? &L.qkv_bias : nullptr, qkv));
   } else {
     KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
     KUIPER_RETURN_IF_ERROR(op::matmul(h, L.q_proj, c.qkv_bias ? &L.q_bias : nullptr, q));
@@ -498,7 +486,7 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   op::LinearOptions residual;
   residual.residual = true;
   KUIPER_RETURN_IF_ERROR(op::linear(attn, L.o_proj, residual, x));
-  if (L.gate_up_proj.defined() && (one_token || fused_rows)) {
+  if (L.gate_up_proj.defined() && one_token) {
     op::LinearOptions mlp;
     mlp.norm = &L.post_norm;
     mlp.eps = eps;
@@ -559,8 +547,7 @@ Status QwenModel::run_forward(const Workspace& ws, const Pass& pass, Tensor logi
     last = ws.picked.rows(0, rows);
     KUIPER_RETURN_IF_ERROR(op::embedding(x, ws.logit_index.rows(0, rows), last));
   }
-  // The final norm rides in the lm_head GEMV (one row; a few on the GPU).
-  if (rows == 1 || (last.device() == DeviceType::kCuda && rows <= op::kLinearFusedRows)) {
+  if (rows == 1) {  // the final norm rides in the lm_head GEMV
     op::LinearOptions head;
     head.norm = &final_norm_;
     head.eps = config_.rms_norm_eps;

@@ -111,12 +111,8 @@ Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 // The GPU GEMV (one row of x) rounds the products, the gate/up pair and the residual sum to out's
 // dtype where the unfused ops store them, but applies the norm as a 1 / rms factor on the fp32
 // dot products, so the normalised x is not rounded (16-bit: within an ulp or so of the
-// composition). Up to kLinearFusedRows rows the GPU runs every form as one kernel a product too
-// (the tensor-core GEMV for 16-bit x, which rounds the normalised x as rmsnorm stores it, or the
-// GEMV once a row), allocating nothing, so a captured graph may hold it. Other cases run the
-// composition itself, or for a plain residual form one GEMM that accumulates into out (in fp32
-// for an fp32 out).
-constexpr int64_t kLinearFusedRows = 8;
+// composition). Other cases run the composition itself, or for a plain residual form one GEMM
+// that accumulates into out (in fp32 for an fp32 out).
 struct LinearOptions {
   const Tensor* norm = nullptr;
   double eps = 1e-6;

@@ -4,9 +4,7 @@
 //    also runs op::linear's fused forms (RMSNorm of x, SwiGLU over stacked gate/up rows,
 //    residual add).
 //  - 2 <= T <= 8 with 16-bit w of x's type (batched decode): the tensor-core GEMV
-//    (gemv_mma.cuh), the weights read once for all rows, in the same fused forms; where it does
-//    not apply, the product falls to cuBLAS and the fused forms to the GEMV once a row, so that
-//    op::linear is one kernel a product up to op::kLinearFusedRows rows.
+//    (gemv_mma.cuh), the weights read once for all rows, in the same fused forms.
 //  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 and bf16 (fp32
 //    accumulation), plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference
 //    accuracy).
@@ -150,12 +148,11 @@ Status plain_gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions&
               [](const op::Weight& weight, auto&& fn) { return visit_plain_reader(weight, fn); });
 }
 
-// The tensor-core GEMV of a plain weight for 2..8 rows of x: true when it ran. split_rows: as
-// gemv_mma takes it.
+// The tensor-core GEMV of a plain weight for 2..8 rows of x: true when it ran.
 Result<bool> plain_gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
-                            Tensor& out, bool split_rows) {
+                            Tensor& out) {
   if (x.dim(0) < 2) return false;
-  return gemv_mma(x, w, o, out, split_rows,
+  return gemv_mma(x, w, o, out, /*split_rows=*/false,
                   [](const op::Weight& weight, auto&& fn) { return visit_plain_reader(weight, fn); });
 }
 
@@ -173,7 +170,7 @@ Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Ten
   }
   op::LinearOptions o;
   o.bias = bias;
-  KUIPER_ASSIGN_OR_RETURN(const bool mma, plain_gemv_mma(x, weight, o, out, /*split_rows=*/false));
+  KUIPER_ASSIGN_OR_RETURN(const bool mma, plain_gemv_mma(x, weight, o, out));
   if (mma) return Status::Ok();
   if (x.dtype() == w.dtype()) return gemm_cublas(x, w, bias, out);
   const void* bias_ptr = bias != nullptr ? bias->raw() : nullptr;
@@ -207,16 +204,8 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
     KUIPER_RETURN_IF_ERROR(plain_gemv(x, weight, o, out));
     return true;
   }
-  if (T <= op::kLinearFusedRows) {
-    // Split rows too: another pass over the weights beats the composition's extra kernels.
-    KUIPER_ASSIGN_OR_RETURN(const bool mma, plain_gemv_mma(x, weight, o, out, /*split_rows=*/true));
-    if (mma) return true;
-    for (int64_t t = 0; t < T; ++t) {
-      Tensor x_row = x.rows(t, 1), out_row = out.rows(t, 1);
-      KUIPER_RETURN_IF_ERROR(plain_gemv(x_row, weight, o, out_row));
-    }
-    return true;
-  }
+  KUIPER_ASSIGN_OR_RETURN(const bool mma, plain_gemv_mma(x, weight, o, out));
+  if (mma) return true;
   // Many rows: only the residual form has a cheaper path than the composition (cuBLAS adds the
   // product into out with beta = 1, in fp32 for an fp32 out).
   if (o.residual && o.norm == nullptr && o.bias == nullptr && !o.swiglu &&

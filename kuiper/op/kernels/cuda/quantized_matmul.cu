@@ -3,9 +3,8 @@
 //  - up to 8 rows of x (decode, one sequence or a small batch): the tensor-core GEMV of
 //    gemv_mma.cuh, which turns the packed weights into 16-bit pairs in registers as it streams
 //    them, once for all the rows, in every fused form; where it does not apply (fp32 x, scale
-//    groups narrower than its super-step), one row at a time through the GEMV of gemv.cuh with
-//    the format's reader (weight_readers.cuh): products up to kRowwiseGemvMax rows, the fused
-//    forms up to op::kLinearFusedRows;
+//    groups narrower than its super-step), up to kRowwiseGemvMax rows one at a time through the
+//    GEMV of gemv.cuh with the format's reader (weight_readers.cuh);
 //  - many rows: the weight is dequantized into a scratch matrix of x's dtype and multiplied by
 //    cuBLAS (matmul.cu's path for plain weights);
 //  - op::dequantize (that dequantizing kernel) and op::quantize, bit for bit the CPU reference's
@@ -264,9 +263,8 @@ Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
   if (x.dim(0) == 0 || out.dim(1) == 0) return true;
   KUIPER_ASSIGN_OR_RETURN(const bool mma, quantized_gemv_mma(x, w, options, out));
   if (mma) return true;
-  // Many rows: the composition, whose matmuls dequantize each row range once. Up to
-  // op::kLinearFusedRows, one GEMV a row: one kernel a product, as the op promises.
-  if (x.dim(0) > op::kLinearFusedRows) return false;
+  // Many rows: the composition, whose matmuls dequantize each row range once.
+  if (x.dim(0) > kRowwiseGemvMax) return false;
   KUIPER_RETURN_IF_ERROR(quantized_gemv(x, w, options, out));
   return true;
 }
