@@ -52,11 +52,10 @@ struct Shape {
 };
 
 std::vector<OpCase> matmul_cases() {
-  // T == 1 takes the GEMV (vectorised when K fits 16-byte loads, scalar for odd K); 2 <= T <= 8
-  // with w of x's 16-bit type the tensor-core GEMV (partial 16-row tiles, K of 3 super-steps);
-  // more rows cuBLAS for like types and the tiled kernel for mixed ones.
-  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},  {1, 4096, 129}, {2, 256, 128},
-                          {8, 512, 100},  {5, 96, 33},  {17, 67, 45},   {33, 512, 257}};
+  // T == 1 takes the GEMV (vectorised when K fits 16-byte loads, scalar for odd K); T > 1 takes
+  // cuBLAS for like types and the tiled kernel for mixed ones.
+  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},  {1, 4096, 129},
+                          {2, 256, 128},  {17, 67, 45}, {33, 512, 257}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {
@@ -103,11 +102,9 @@ KUIPER_OP_BACKEND_TEST(Matmul, matmul_cases)
 // One row (the fused GEMV) and several (the GPU composition), vectorised and scalar K, an odd
 // N, every weight type, with and without bias. Arguments: x, w, bias, norm weight, out.
 std::vector<OpCase> linear_cases() {
-  // 6144 rows make between one and two SM-fuls of GEMV blocks on an H100 (the 4-load form). 2..8
-  // rows take the tensor-core GEMV where w is x's type: 8 rows with a partial tile, 3 rows with
-  // K of 3 super-steps (fewer than the block's warps).
-  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129}, {1, 12288, 64},
-                          {1, 512, 6144}, {5, 256, 96},   {8, 256, 200},  {3, 96, 40}};
+  // 6144 rows make between one and two SM-fuls of GEMV blocks on an H100 (the 4-load form).
+  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129},
+                          {1, 12288, 64}, {1, 512, 6144}, {5, 256, 96}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {

@@ -1,6 +1,6 @@
-// The tensor-core GEMV: out[T, N] = x[T, K] w^T for 1 <= T <= 8 rows of x (decode, one sequence
-// or a small batch), w plain 16-bit (x's type) or quantized (FP8, int8, int4), in every fused
-// form of op::linear (RMSNorm of x, SwiGLU over stacked gate/up rows, bias, residual add).
+// The tensor-core GEMV of quantized weights: out[T, N] = x[T, K] w^T for 1 <= T <= 8 rows of x
+// (decode, one sequence or a small batch), w FP8, int8 or int4 (kuiper/op/weight.h), in every
+// fused form of op::linear (RMSNorm of x, SwiGLU over stacked gate/up rows, bias, residual add).
 //
 // Why tensor cores for a product that reads each weight once: a 4-bit weight must be unpacked,
 // offset by its zero and multiplied, and at copy bandwidth an H100 SM receives about 27 of them a
@@ -9,24 +9,33 @@
 // lane turns two weights into one 16-bit pair register in one to three logic ops (the readers'
 // pair<T16>, weight_readers.cuh) and mma.sync m16n8k16 multiplies 256 weights by up to 8 rows of
 // x at once, accumulating in fp32. The same pass serves T rows of x: the weights are read once
-// for the whole small batch.
+// for the whole small batch. (Plain 16-bit weights keep the one-row GEMV and cuBLAS: at 2 to 8
+// rows this kernel measured no faster than cuBLAS on them.)
 //
-// How the work maps onto mma.sync. A block of 8 warps owns a tile of 16 weight rows (8 gate and
-// the matching 8 up rows for SwiGLU) and splits K between its warps. Lane (g, c) = (lane / 4,
-// lane % 4) streams, 16 bytes at a time, chunks of rows g and g + 8 of the tile (its rows of the
-// A fragment and of C): in super-step s it reads chunk q = 4 s + c of both rows, kVec weights
-// each, which feed kVec / 4 mma steps. The A fragment wants, per step, 4 weights of each of the
-// lane's rows in k-slots (2c, 2c + 1, 2c + 8, 2c + 9); the B fragment wants x at the same slots
-// for column g. Which columns of w fill the slots is free, as long as A and B agree: slot pair
-// (2c, 2c + 1) of step j takes the chunk's pair 2j and slots (2c + 8, 2c + 9) its pair 2j + 1, in
-// the reader's pair order, and x is staged in shared memory in that same order (MmaXs), so the
-// B fragment is two registers read as they lie. The tile's scale group must hold a whole
-// super-step (4 kVec columns: 128 for int4, 64 for FP8 and int8): the mma sums a super-step's
-// columns before the lane applies its rows' scales to the fp32 result. Each warp's partial sums
-// go through shared memory to warp 0, which adds them in warp order and runs the epilogue.
+// How the work maps onto mma.sync. A tile is 16 weight rows (8 gate and the matching 8 up rows
+// for SwiGLU); the 8 warps of a block split K. Lane (g, c) = (lane / 4, lane % 4) streams, 16
+// bytes at a time, chunks of rows g and g + 8 of the tile (its rows of the A fragment and of C):
+// in super-step s it reads chunk q = 4 s + c of both rows, kVec weights each, which feed kVec / 4
+// mma steps. The A fragment wants, per step, 4 weights of each of the lane's rows in k-slots
+// (2c, 2c + 1, 2c + 8, 2c + 9); the B fragment wants x at the same slots for column g. Which
+// columns of w fill the slots is free, as long as A and B agree: slot pair (2c, 2c + 1) of step j
+// takes the chunk's pair 2j and slots (2c + 8, 2c + 9) its pair 2j + 1, in the reader's pair
+// order, and x is staged in shared memory in that same order (MmaXs), so the B fragment is two
+// registers read as they lie. The scale group must hold a whole super-step (4 kVec columns: 128
+// for int4, 64 for FP8 and int8): the mma sums a super-step's columns before the lane applies its
+// rows' scales (and, for int4, takes off the zeros) in fp32.
 //
-// T > 1: columns g < T of B hold x's rows, the rest zeros; the result for a row of x does not
-// depend on how many others share the launch (every sum is formed in the same order).
+// T > 1: columns g < T of B hold x's rows; the result for a row of x does not depend on how many
+// others share the launch (every sum is formed in the same order).
+//
+// Measured on the H100 (kuiper-bench --matmul-only --config models/qwen3-8b.json --dtype bf16
+// --quantize F, one row, % of copy bandwidth), against the one-row GEMV before it: int4
+// gate+up 73% (41%), down 55% (37%), q 42% (39%); FP8 gate+up 93% (54%), down 79% (53%). What
+// took it there, in order: a persistent grid with the loads running ahead across tiles (int4
+// gate+up 44%), the int4 zero taken off once a super-step and one LOP3 a pair (61%), staging x 8
+// columns a thread (68%), the scale index by a multiply-high instead of a predicated division
+// (73%). A ring of 8 super-steps in shared memory by cp.async instead of 4 in registers was
+// slower (int4 model decode 268 against 327 tok/s).
 #pragma once
 
 #include <algorithm>
@@ -319,31 +328,25 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
               Reader::template pair<T16>(raw[1][j], meta[1][j], 2 * step),
               Reader::template pair<T16>(raw[0][j], meta[0][j], 2 * step + 1),
               Reader::template pair<T16>(raw[1][j], meta[1][j], 2 * step + 1)};
-          if constexpr (Reader::kScaled) {
-            TensorCore<T16>::mma(part, frag, h ? b.z : b.x, h ? b.w : b.y);
-          } else {
-            TensorCore<T16>::mma(acc, frag, h ? b.z : b.x, h ? b.w : b.y);
-          }
+          TensorCore<T16>::mma(part, frag, h ? b.z : b.x, h ? b.w : b.y);
         }
       }
-      if constexpr (Reader::kScaled) {
-        if constexpr (Reader::kBiasedPairs) {
-          const float sum_lo = xsum[n_lo * steps + s], sum_hi = xsum[n_hi * steps + s];
-          const float b0 = Reader::template pair_bias<T16>(meta[0][j]);
-          const float b1 = Reader::template pair_bias<T16>(meta[1][j]);
-          part[0] -= b0 * sum_lo;
-          part[1] -= b0 * sum_hi;
-          part[2] -= b1 * sum_lo;
-          part[3] -= b1 * sum_hi;
-        }
-        constexpr float kPairScale = Reader::template pair_scale<T16>();
-        const float s_lo = Reader::scale(meta[0][j]) * kPairScale;
-        const float s_hi = Reader::scale(meta[1][j]) * kPairScale;
-        acc[0] += part[0] * s_lo;
-        acc[1] += part[1] * s_lo;
-        acc[2] += part[2] * s_hi;
-        acc[3] += part[3] * s_hi;
+      if constexpr (Reader::kBiasedPairs) {
+        const float sum_lo = xsum[n_lo * steps + s], sum_hi = xsum[n_hi * steps + s];
+        const float b0 = Reader::template pair_bias<T16>(meta[0][j]);
+        const float b1 = Reader::template pair_bias<T16>(meta[1][j]);
+        part[0] -= b0 * sum_lo;
+        part[1] -= b0 * sum_hi;
+        part[2] -= b1 * sum_lo;
+        part[3] -= b1 * sum_hi;
       }
+      constexpr float kPairScale = Reader::template pair_scale<T16>();
+      const float s_lo = Reader::scale(meta[0][j]) * kPairScale;
+      const float s_hi = Reader::scale(meta[1][j]) * kPairScale;
+      acc[0] += part[0] * s_lo;
+      acc[1] += part[1] * s_lo;
+      acc[2] += part[2] * s_hi;
+      acc[3] += part[3] * s_hi;
       issue(j);  // the slot is free: the super-step kRing ahead
       if (++m == per_tile) {
 #pragma unroll
@@ -382,7 +385,7 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
     constexpr int64_t kStep = 4 * Reader::kVec;
     if (std::is_same_v<TX, float> && a.norm == nullptr) return false;
     if (a.T < 1 || a.T > kMmaGemvMaxRows || a.K % kStep != 0) return false;
-    if (Reader::kScaled && a.w.block_cols % kStep != 0) return false;
+    if (a.w.block_cols % kStep != 0) return false;
     if (!Reader::vectorizable(a.w)) return false;
     return gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs) <= smem_limit &&
            a.N < (int64_t{1} << 30);
@@ -449,12 +452,10 @@ Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
 }
 
 // The product through gemv_mma when it applies: true when it ran, false when the caller's other
-// path must. visit_reader as in gemv() (gemv.cuh). `split_rows`: whether x's rows may take
-// several launches, each reading the weights again (worth it for quantized weights, whose other
-// path dequantizes them all; not for plain ones, whose other path is cuBLAS).
+// path must. visit_reader as in gemv() (gemv.cuh).
 template <typename VisitReader>
 Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
-                      Tensor& out, bool split_rows, VisitReader&& visit_reader) {
+                      Tensor& out, VisitReader&& visit_reader) {
   GemvArgs a = gemv_args(x, w, o, out);
   if (a.T < 1 || a.T > kMmaGemvMaxRows) return false;
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
@@ -470,8 +471,6 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
           using Reader = typename decltype(reader_tag)::type;
           if constexpr (std::is_same_v<TX, float> && std::is_same_v<TO, float>) {
             return Status::Ok();
-          } else if constexpr (!Reader::template kHasPairs<MmaType<TX, TO>>) {
-            return Status::Ok();
           } else {
             a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
             using T16 = MmaType<TX, TO>;
@@ -480,7 +479,6 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
                 static_cast<size_t>(smem_limit))));
             KUIPER_ASSIGN_OR_RETURN(const int64_t per_launch,
                                     (gemv_mma_rows_per_launch<Reader, T16, TX, TO>(a.T, a.K)));
-            if (per_launch < a.T && !split_rows) return Status::Ok();
             ran = true;
             return launch_gemv_mma<Reader, TX, TO>(a, per_launch);
           }

@@ -1,10 +1,8 @@
-// out[T, N] = x[T, K] @ w[N, K]^T (+ bias), four paths:
+// out[T, N] = x[T, K] @ w[N, K]^T (+ bias), three paths:
 //
 //  - T == 1 (decode): the hand-written GEMV (gemv.cuh, shared with the quantized weights), which
 //    also runs op::linear's fused forms (RMSNorm of x, SwiGLU over stacked gate/up rows,
 //    residual add).
-//  - 2 <= T <= 8 with 16-bit w of x's type (batched decode): the tensor-core GEMV
-//    (gemv_mma.cuh), the weights read once for all rows, in the same fused forms.
 //  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 and bf16 (fp32
 //    accumulation), plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference
 //    accuracy).
@@ -17,7 +15,6 @@
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
-#include "kuiper/op/kernels/cuda/gemv_mma.cuh"
 
 namespace kuiper::cuda {
 
@@ -148,14 +145,6 @@ Status plain_gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions&
               [](const op::Weight& weight, auto&& fn) { return visit_plain_reader(weight, fn); });
 }
 
-// The tensor-core GEMV of a plain weight for 2..8 rows of x: true when it ran.
-Result<bool> plain_gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
-                            Tensor& out) {
-  if (x.dim(0) < 2) return false;
-  return gemv_mma(x, w, o, out, /*split_rows=*/false,
-                  [](const op::Weight& weight, auto&& fn) { return visit_plain_reader(weight, fn); });
-}
-
 }  // namespace
 
 Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Tensor& out) {
@@ -168,10 +157,6 @@ Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Ten
     o.bias = bias;
     return plain_gemv(x, weight, o, out);
   }
-  op::LinearOptions o;
-  o.bias = bias;
-  KUIPER_ASSIGN_OR_RETURN(const bool mma, plain_gemv_mma(x, weight, o, out));
-  if (mma) return Status::Ok();
   if (x.dtype() == w.dtype()) return gemm_cublas(x, w, bias, out);
   const void* bias_ptr = bias != nullptr ? bias->raw() : nullptr;
   const DataType bias_dtype = bias != nullptr ? bias->dtype() : DataType::kFp32;
@@ -204,8 +189,6 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
     KUIPER_RETURN_IF_ERROR(plain_gemv(x, weight, o, out));
     return true;
   }
-  KUIPER_ASSIGN_OR_RETURN(const bool mma, plain_gemv_mma(x, weight, o, out));
-  if (mma) return true;
   // Many rows: only the residual form has a cheaper path than the composition (cuBLAS adds the
   // product into out with beta = 1, in fp32 for an fp32 out).
   if (o.residual && o.norm == nullptr && o.bias == nullptr && !o.swiglu &&

@@ -218,7 +218,7 @@ constexpr int64_t kRowwiseGemvMax = 4;
 
 Result<bool> quantized_gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
                                 Tensor& out) {
-  return gemv_mma(x, w, o, out, /*split_rows=*/true, [](const op::Weight& weight, auto&& fn) {
+  return gemv_mma(x, w, o, out, [](const op::Weight& weight, auto&& fn) {
     return visit_quantized_reader(weight, fn);
   });
 }

@@ -21,8 +21,8 @@
 //                             as two T16 (half or bf16) in one register, before the scale,
 //                             divided by pair_scale<T16>() and, where kBiasedPairs, plus
 //                             pair_bias<T16>(meta) (which the GEMV takes off once a super-step,
-//                             times the sum of x); exact, 0 <= p < kVec / 2, where
-//                             kHasPairs<T16> (plain weights: T16 is their own type)
+//                             times the sum of x); exact, 0 <= p < kVec / 2 (the quantized
+//                             readers)
 // where the pairing is whichever the format unpacks in the fewest instructions: the product
 // sums over a chunk's columns in any order, so x is staged in the same pair order.
 #pragma once
@@ -204,19 +204,6 @@ struct PlainReader {
     for (int j = 0; j < 4; ++j) v[j] = to_float(w[4 * p + j]);
   }
   static __device__ __forceinline__ float scale(Meta) { return 1.0f; }
-  static constexpr bool kScaled = false;
-  // Pairs: the chunk's words as stored (T16 == TW, the only case gemv_mma takes).
-  template <typename T16>
-  static constexpr bool kHasPairs = std::is_same_v<T16, TW>;
-  static constexpr bool kBiasedPairs = false;
-  static constexpr int pair_col(int p, int h) { return 2 * p + h; }
-  template <typename T16>
-  static constexpr float pair_scale() { return 1.0f; }
-  template <typename T16>
-  static __device__ __forceinline__ uint32_t pair(uint4 raw, Meta, int p) {
-    static_assert(std::is_same_v<T16, TW>, "plain pairs are the stored 16-bit type");
-    return chunk_word(raw, p);
-  }
   __device__ float at(const Row& r, int64_t k) const { return to_float(r.w[k]); }
   static bool vectorizable(const WeightView& view) {
     return view.K % kVec == 0 && view.row_bytes % 16 == 0 && aligned16(view.values);
@@ -257,14 +244,11 @@ struct Fp8Reader {
     v[3] = hi.y;
   }
   static __device__ __forceinline__ float scale(Meta m) { return m; }
-  static constexpr bool kScaled = true;
   // Pairs: bytes 2p and 2p + 1. fp16: the hardware conversion (exact). bf16: the E4M3 bits
   // moved under bf16's sign, exponent and mantissa (sign in place, the rest shifted right by 4),
   // which reads the code as its value times 2^-120 (bf16's exponent bias 127 against E4M3's 7;
   // subnormal codes land on bf16 subnormals of the same ratio): three logic ops a pair, no
   // conversion, and 2^120 joins the block's scale.
-  template <typename T16>
-  static constexpr bool kHasPairs = true;
   static constexpr bool kBiasedPairs = false;
   static constexpr int pair_col(int p, int h) { return 2 * p + h; }
   template <typename T16>
@@ -339,15 +323,12 @@ struct IntReader {
   static __device__ __forceinline__ float scale(Meta m) {
     return __half2float(__ushort_as_half(static_cast<uint16_t>(m & 0xffffu)));
   }
-  static constexpr bool kScaled = true;
   // Pairs. kInt4: nibbles s and s + 4 of a word (one shift and one mask-and-or a pair: columns
   // 8w + s and 8w + s + 4), each under the exponent of 128 (bf16) or 1024 (fp16), so the pair
   // holds 128 + q (1024 + q) exactly; the GEMV takes off (128 + zero) times the sum of x once a
   // super-step instead of once a pair. kInt8: bytes 2p and 2p + 1 under fp16's 1024 the same
   // way, minus (1024 + zero) at once (bf16 holds 128 + q exactly only below 128, so its pairs go
   // through fp32).
-  template <typename T16>
-  static constexpr bool kHasPairs = true;
   static constexpr bool kBiasedPairs = kBits == 4;
   static constexpr int pair_col(int p, int h) {
     return kBits == 4 ? 8 * (p / 4) + p % 4 + 4 * h : 2 * p + h;
