@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "kuiper/runtime/engine.h"
 #include "kuiper/runtime/generator.h"
@@ -259,6 +261,30 @@ TEST(Engine, RequestsArrivingTogetherPrefillASharedPrefixOnce) {
   }
   EXPECT_EQ(engine->stats().cached_tokens, 2 * 12);
   expect_same_tokens(got, run_alone(prompts, [] { return FakeModel::create(small_blocks(16)); }));
+}
+
+TEST(Engine, LiveTokensCountASharedBlockOnce) {
+  // Three requests share three full blocks of prompt. The live tokens count each block once, so
+  // they never exceed the rows of the blocks in use (counting the shared blocks once a request,
+  // as the live count did, put a shared system prompt far past 100% "live").
+  std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(16));
+  std::unique_ptr<Engine> engine = make_engine(*model, engine_options(4, 64));
+  const std::vector<int32_t> shared = ids_from(12, 3);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(engine->add_request(concat(shared, ids_from(2, 20 + i)), {}, greedy(3)));
+  }
+  std::vector<std::pair<int64_t, int64_t>> live_and_used;
+  while (engine->unfinished() > 0) {
+    ASSERT_OK(engine->step());
+    const StepStats& step = engine->last_step();
+    EXPECT_LE(step.live_tokens, step.used_blocks * 4);
+    live_and_used.emplace_back(step.live_tokens, step.used_blocks);
+  }
+  // After the second step the first request holds 15 tokens (the three shared blocks and 3 in a
+  // block of its own), the second 14 (the shared blocks and 2 of its own): 17 live tokens in 5
+  // blocks, where adding the requests' tokens gives 29.
+  ASSERT_GE(live_and_used.size(), 2u);
+  EXPECT_EQ(live_and_used[1], std::make_pair(int64_t{17}, int64_t{5}));
 }
 
 TEST(Engine, EvictedPrefixesAreRecomputed) {

@@ -228,6 +228,29 @@ Status Engine::prepare(Request& r, const ScheduledSpan& span, Entry* entry) {
   return Status::Ok();
 }
 
+int64_t Engine::live_tokens() {
+  const int64_t block_size = pool_.block_size();
+  block_fill_.resize(static_cast<size_t>(pool_.blocks()), 0);
+  touched_blocks_.clear();
+  for (const auto& [id, request] : requests_) {
+    const Sequence& s = request->sequence;
+    const std::vector<int32_t>& blocks = s.blocks.blocks();
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const int64_t held = std::min(block_size, s.computed - static_cast<int64_t>(i) * block_size);
+      if (held <= 0) break;
+      int32_t& fill = block_fill_[static_cast<size_t>(blocks[i])];
+      if (fill == 0) touched_blocks_.push_back(blocks[i]);
+      fill = std::max(fill, static_cast<int32_t>(held));
+    }
+  }
+  int64_t total = 0;
+  for (const int32_t b : touched_blocks_) {
+    total += block_fill_[static_cast<size_t>(b)];
+    block_fill_[static_cast<size_t>(b)] = 0;
+  }
+  return total;
+}
+
 Result<std::vector<FinishedRequest>> Engine::step() {
   std::vector<FinishedRequest> finished;
   std::vector<Request*> cancelled;
@@ -271,7 +294,7 @@ Result<std::vector<FinishedRequest>> Engine::step() {
   const Clock::time_point forward_start = Clock::now();
   const Status status = run(ready, &finished);
   last_step_.forward_seconds = seconds_between(forward_start, Clock::now());
-  for (const auto& [id, request] : requests_) last_step_.live_tokens += request->sequence.computed;
+  last_step_.live_tokens = live_tokens();
   last_step_.used_blocks = pool_.blocks() - pool_.available();
   if (!status.ok()) {
     if (ready.size() == 1) {

@@ -40,7 +40,9 @@ struct EngineOptions {
 struct StepStats {
   int64_t decode_tokens = 0;   // sequences that ran one token to sample the next
   int64_t prefill_tokens = 0;  // prompt tokens run (and recomputed ones after a preemption)
-  int64_t live_tokens = 0;     // tokens whose keys and values the running requests hold
+  // Tokens whose keys and values the running requests hold, each pool block counted once (a
+  // prefix block that several requests share holds its tokens once).
+  int64_t live_tokens = 0;
   int64_t used_blocks = 0;     // pool blocks in use
   // The forward and the sampling, until the sampled tokens were on the host: the device's share
   // of the step (the rest is the host's: scheduling, streaming text).
@@ -121,6 +123,9 @@ class Engine {
   // Reports the request (finished for `reason`, or failed with `error`) and drops it.
   void finish(Request& request, FinishReason reason, std::vector<FinishedRequest>* finished);
   void fail(Request& request, const Status& error, std::vector<FinishedRequest>* finished);
+  // StepStats::live_tokens now: a block holds as many tokens as the request that has written
+  // furthest into it.
+  int64_t live_tokens();
 
   Model& model_;
   Tokenizer tokenizer_;
@@ -134,6 +139,10 @@ class Engine {
   // across steps so a step allocates nothing.
   op::SampleWorkspace sample_workspace_;
   Tensor sampled_;
+  // live_tokens' scratch: a count for each pool block (all zero between calls) and the blocks
+  // it touched.
+  std::vector<int32_t> block_fill_;
+  std::vector<int32_t> touched_blocks_;
   int64_t next_id_ = 1;
   StepStats last_step_;
 };
