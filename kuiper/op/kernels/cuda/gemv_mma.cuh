@@ -54,7 +54,7 @@ namespace kuiper::cuda {
 constexpr int kMmaGemvWarps = 8;
 constexpr int kMmaGemvThreads = 32 * kMmaGemvWarps;
 constexpr int kMmaGemvMaxRows = 8;    // rows of x: the mma's 8 columns
-constexpr int kMmaGemvUnroll = 4;     // super-steps in flight per warp (2 x 16 bytes a lane each)
+constexpr int kMmaGemvRing = 4;     // super-steps in flight per warp (2 x 16 bytes a lane each)
 constexpr int kMmaGemvPadPairs = 16;  // 64 bytes after each staged row of x (MmaXs)
 
 // The 16-bit type the mma multiplies in, for x of type TX and out of type TO: x's own, or out's
@@ -237,7 +237,7 @@ __device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t,
 
 // A persistent grid: block b takes tiles b, b + gridDim.x, ... with x staged once. Warp w takes
 // super-steps w, w + 8, ... of each of its block's tiles, and its 16-byte loads run
-// kMmaGemvUnroll super-steps ahead of its mma through a ring of registers that carries on across
+// kMmaGemvRing super-steps ahead of its mma through a ring of registers that carries on across
 // tiles, so the weights stream without a gap between tiles. After its last super-step of a tile
 // a warp leaves its sums in shared memory (two buffers, by tile parity) and the block meets at a
 // barrier; warp (tile % 8) adds them up and stores the tile's outputs while the others go on.
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
   __shared__ float sums[2][kMmaGemvWarps][32][4];
   constexpr int kVec = Reader::kVec;
-  constexpr int kRing = kMmaGemvUnroll;
+  constexpr int kRing = kMmaGemvRing;
   using Layout = MmaXs<kVec>;
   using Meta = typename Reader::Meta;
   const Reader reader(a.w);
