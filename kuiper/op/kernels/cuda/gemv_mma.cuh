@@ -54,7 +54,7 @@ namespace kuiper::cuda {
 constexpr int kMmaGemvWarps = 8;
 constexpr int kMmaGemvThreads = 32 * kMmaGemvWarps;
 constexpr int kMmaGemvMaxRows = 8;    // rows of x: the mma's 8 columns
-constexpr int kMmaGemvRing = 4;     // super-steps in flight per warp (2 x 16 bytes a lane each)
+constexpr int kMmaGemvRing = 4;       // super-steps in flight per warp (2 x 16 bytes a lane each)
 constexpr int kMmaGemvPadPairs = 16;  // 64 bytes after each staged row of x (MmaXs)
 
 // The 16-bit type the mma multiplies in, for x of type TX and out of type TO: x's own, or out's
