@@ -27,8 +27,10 @@ TEST(Rmsnorm, CpuMatchesFormulaPerRowAndPerHead) {
 }
 
 std::vector<OpCase> rmsnorm_cases() {
-  // [R, D] rows (warp and block per row), and the per-head form: x [T, heads, d] over d.
-  const std::vector<std::vector<int64_t>> shapes = {{7, 133}, {1, 4096}, {3, 5, 64}};
+  // [R, D] rows (warp and block per row; a block row held in registers, and one too long for
+  // them, which the CUDA kernel reads twice), and the per-head form: x [T, heads, d] over d.
+  const std::vector<std::vector<int64_t>> shapes = {
+      {7, 133}, {1, 4096}, {3, 1500}, {2, 8200}, {3, 5, 64}};
   std::vector<OpCase> cases;
   for (const auto& shape : shapes) {
     for (DataType w : kFloatTypes) {

@@ -84,6 +84,10 @@ struct Served {
   int64_t decode_tokens = 0;
   double decode_seconds = 0;
   double decode_forward_seconds = 0;  // of which the forward and sampling (Engine::last_step)
+  // Of those, the steps where every slot of the batch decoded (decode_tokens == concurrency):
+  // exactly the peer's workload, B sequences a step, without the steps of a draining batch.
+  int64_t full_tokens = 0;
+  double full_seconds = 0;
   // The step that held the most of the KV pool: blocks in use and the live tokens in them.
   int64_t peak_used_blocks = 0;
   int64_t peak_live_tokens = 0;
@@ -127,6 +131,10 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
       s.decode_tokens += step.decode_tokens;
       s.decode_seconds += seconds_between(step_start, Clock::now());
       s.decode_forward_seconds += step.forward_seconds;
+      if (step.decode_tokens == concurrency) {
+        s.full_tokens += step.decode_tokens;
+        s.full_seconds += seconds_between(step_start, Clock::now());
+      }
     }
     if (step.used_blocks > s.peak_used_blocks) {
       s.peak_used_blocks = step.used_blocks;
@@ -208,6 +216,9 @@ json point_row(const std::string& kind, const ThroughputSetup& setup, int64_t co
            {"decode_tok_s", s.decode_seconds > 0 ? static_cast<double>(s.decode_tokens) /
                                                         s.decode_seconds
                                                   : 0.0},
+           {"full_batch_decode_tok_s",
+            s.full_seconds > 0 ? static_cast<double>(s.full_tokens) / s.full_seconds : 0.0},
+           {"full_batch_decode_steps", s.full_tokens / std::max<int64_t>(concurrency, 1)},
            {"decode_forward_share", s.decode_seconds > 0
                                         ? s.decode_forward_seconds / s.decode_seconds
                                         : 0.0},

@@ -12,8 +12,14 @@ namespace {
 
 constexpr int kBlockThreads = 256;
 constexpr int kWideRow = 1024;  // rows at least this long get a block each
+// Elements a thread keeps in registers: a row of up to kThreadsPerRow * kHeld elements is read
+// once, all of a thread's loads (x and the weight) in flight together, so the kernel costs one
+// memory round trip and the reduction. Longer rows loop and read x twice. Measured on the H100
+// (Nsight Compute, a 4096-wide fp32 residual row a block, 8 to 256 rows): 9.2 us a call when
+// each thread walked its 16 elements 4 loads at a time, twice.
+constexpr int kHeld = 32;
 
-template <typename TX, typename TW, typename TO, int kThreadsPerRow>
+template <typename TX, typename TW, typename TO, int kThreadsPerRow, bool kInRegisters>
 __global__ void __launch_bounds__(kBlockThreads)
     rmsnorm_kernel(const TX* x, const TW* __restrict__ weight, TO* out, int64_t rows, int D,
                    float eps) {
@@ -24,8 +30,20 @@ __global__ void __launch_bounds__(kBlockThreads)
   // x and out may alias: each thread reads its elements before writing the same ones.
   const TX* in = x + row * D;
   TO* o = out + row * D;
+  const bool live = row < rows;
   float sum = 0.0f;
-  if (row < rows) {
+  float held[kInRegisters ? kHeld : 1], w[kInRegisters ? kHeld : 1];
+  if constexpr (kInRegisters) {
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) {
+      const int i = tid + j * kThreadsPerRow;
+      const bool in_row = live && i < D;
+      held[j] = in_row ? to_float(in[i]) : 0.0f;
+      w[j] = in_row ? to_float(weight[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) sum += held[j] * held[j];
+  } else if (live) {
 #pragma unroll 4
     for (int i = tid; i < D; i += kThreadsPerRow) {
       const float v = to_float(in[i]);
@@ -38,12 +56,20 @@ __global__ void __launch_bounds__(kBlockThreads)
   } else {
     sum = warp_sum(sum);
   }
-  if (row >= rows) return;
+  if (!live) return;
   // The same expression as the CPU reference: 1 / sqrt(mean + eps), weight * (x * inv).
   const float inv = 1.0f / sqrtf(sum / static_cast<float>(D) + eps);
+  if constexpr (kInRegisters) {
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) {
+      const int i = tid + j * kThreadsPerRow;
+      if (i < D) o[i] = from_float<TO>(w[j] * (held[j] * inv));
+    }
+  } else {
 #pragma unroll 4
-  for (int i = tid; i < D; i += kThreadsPerRow) {
-    o[i] = from_float<TO>(to_float(weight[i]) * (to_float(in[i]) * inv));
+    for (int i = tid; i < D; i += kThreadsPerRow) {
+      o[i] = from_float<TO>(to_float(weight[i]) * (to_float(in[i]) * inv));
+    }
   }
 }
 
@@ -51,10 +77,11 @@ template <typename TX, typename TW, typename TO, int kThreadsPerRow>
 Status launch(const Tensor& x, const Tensor& weight, double eps, Tensor& out, int64_t rows,
               int64_t D) {
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
-  rmsnorm_kernel<TX, TW, TO, kThreadsPerRow>
-      <<<blocks_for(rows, kRowsPerBlock), kBlockThreads, 0, stream()>>>(
-          x.data<TX>(), weight.data<TW>(), out.data<TO>(), rows, static_cast<int>(D),
-          static_cast<float>(eps));
+  const auto kernel = D <= kThreadsPerRow * kHeld ? rmsnorm_kernel<TX, TW, TO, kThreadsPerRow, true>
+                                                  : rmsnorm_kernel<TX, TW, TO, kThreadsPerRow, false>;
+  kernel<<<blocks_for(rows, kRowsPerBlock), kBlockThreads, 0, stream()>>>(
+      x.data<TX>(), weight.data<TW>(), out.data<TO>(), rows, static_cast<int>(D),
+      static_cast<float>(eps));
   KUIPER_CUDA_CHECK_LAUNCH("rmsnorm kernel");
   return Status::Ok();
 }
