@@ -20,6 +20,7 @@ namespace {
 // own tensors, or the three parts of each row of one stacked tensor (the row strides say which);
 // q heads are read from q_in and written to q_out (the same tensor when unstacked).
 constexpr int kPrepWarps = 4;
+constexpr int kHeldPairs = 4;  // pairs a lane keeps in registers: head_dim up to 256
 
 struct PrepArgs {
   const void* q_norm;
@@ -64,6 +65,59 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
   TX* cached = k_cache + pos * kv_dim + static_cast<int64_t>(hk) * d;
   const void* norm = is_q ? a.q_norm : a.k_norm;
   const DataType norm_dtype = is_q ? a.q_norm_dtype : a.k_norm_dtype;
+  const float p = static_cast<float>(a.rope_positions[t]);
+  // A lane's pair i and i + half, the norm weights and the frequency of each: the same
+  // arithmetic in either form below.
+  auto rotate = [&](int i, float e0, float e1, float w0, float w1, float inv_freq, float inv) {
+    if (norm != nullptr) {
+      e0 = to_float(from_float<TX>(w0 * (e0 * inv)));
+      e1 = to_float(from_float<TX>(w1 * (e1 * inv)));
+    }
+    float s, c;
+    scaled_sincos(p * inv_freq, table.attention_factor, &s, &c);
+    const RotatedPair r = rotate_half(e0, e1, c, s);
+    const TX r0 = from_float<TX>(r.first);
+    const TX r1 = from_float<TX>(r.second);
+    y[i] = r0;  // each lane writes only the elements it read
+    y[i + a.half] = r1;
+    if (!is_q && in_cache) {
+      cached[i] = r0;
+      cached[i + a.half] = r1;
+    }
+  };
+  if (a.half % 32 == 0 && a.half <= 32 * kHeldPairs) {
+    // Whole warps of pairs (head_dim 64, 128, 256): a lane holds its pairs in registers, every
+    // load issued before the first use, so the head costs one memory round trip instead of a
+    // chain of them. The sum of squares runs over the same elements in the same order as below
+    // (lane, lane + 32, ...: the first halves, then the second).
+    const int pairs = a.half / 32;
+    float e0[kHeldPairs], e1[kHeldPairs], w0[kHeldPairs], w1[kHeldPairs], f[kHeldPairs];
+#pragma unroll
+    for (int k = 0; k < kHeldPairs; ++k) {
+      const int i = lane + 32 * k;
+      const bool held = k < pairs;
+      e0[k] = held ? to_float(x[i]) : 0.0f;
+      e1[k] = held ? to_float(x[i + a.half]) : 0.0f;
+      w0[k] = held && norm != nullptr ? load_as_float(norm, norm_dtype, i) : 0.0f;
+      w1[k] = held && norm != nullptr ? load_as_float(norm, norm_dtype, i + a.half) : 0.0f;
+      f[k] = held ? table.inv_freq[i] : 0.0f;
+    }
+    float inv = 1.0f;
+    if (norm != nullptr) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kHeldPairs; ++k) sum += e0[k] * e0[k];
+#pragma unroll
+      for (int k = 0; k < kHeldPairs; ++k) sum += e1[k] * e1[k];
+      sum = warp_sum(sum);
+      inv = 1.0f / sqrtf(sum / static_cast<float>(d) + a.eps);
+    }
+#pragma unroll
+    for (int k = 0; k < kHeldPairs; ++k) {
+      if (k < pairs) rotate(lane + 32 * k, e0[k], e1[k], w0[k], w1[k], f[k], inv);
+    }
+    return;
+  }
   float inv = 1.0f;
   if (norm != nullptr) {
     float sum = 0.0f;
@@ -74,24 +128,11 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
     sum = warp_sum(sum);
     inv = 1.0f / sqrtf(sum / static_cast<float>(d) + a.eps);
   }
-  const float p = static_cast<float>(a.rope_positions[t]);
   for (int i = lane; i < a.half; i += 32) {
-    float e0 = to_float(x[i]), e1 = to_float(x[i + a.half]);
-    if (norm != nullptr) {
-      e0 = to_float(from_float<TX>(load_as_float(norm, norm_dtype, i) * (e0 * inv)));
-      e1 = to_float(from_float<TX>(load_as_float(norm, norm_dtype, i + a.half) * (e1 * inv)));
-    }
-    float s, c;
-    scaled_sincos(p * table.inv_freq[i], table.attention_factor, &s, &c);
-    const RotatedPair r = rotate_half(e0, e1, c, s);
-    const TX r0 = from_float<TX>(r.first);
-    const TX r1 = from_float<TX>(r.second);
-    y[i] = r0;  // each lane writes only the elements it read
-    y[i + a.half] = r1;
-    if (!is_q && in_cache) {
-      cached[i] = r0;
-      cached[i + a.half] = r1;
-    }
+    const bool normed = norm != nullptr;
+    rotate(i, to_float(x[i]), to_float(x[i + a.half]),
+           normed ? load_as_float(norm, norm_dtype, i) : 0.0f,
+           normed ? load_as_float(norm, norm_dtype, i + a.half) : 0.0f, table.inv_freq[i], inv);
   }
 }
 
