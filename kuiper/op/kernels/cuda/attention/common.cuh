@@ -82,15 +82,12 @@ struct KeyRows {
     const int block = min(max(table[slot], 0), last_block);
     return block * block_size + (pos - slot * block_size);
   }
-  // Rows of positions pos, pos + step, pos + 2 * step, ...: one division for the whole walk
-  // instead of one a row (a 64-key tile takes 8 rows a thread).
+  // Positions pos, pos + step, pos + 2 * step, ... as (table slot, row in the block): one
+  // division for the whole walk instead of one a row (a 64-key tile takes 8 rows a thread);
+  // KvTileRows (mma.cuh) turns them into cache rows.
   struct Walk {
     const int* table;
     int block_size, last_block, slot, offset;  // contiguous: slot 0, offset = pos
-    __device__ __forceinline__ int row() const {
-      if (table == nullptr) return offset;
-      return min(max(table[slot], 0), last_block) * block_size + offset;
-    }
     __device__ __forceinline__ void advance(int step) {
       offset += step;
       if (table == nullptr) return;

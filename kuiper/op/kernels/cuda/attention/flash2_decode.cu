@@ -337,15 +337,22 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     int tile;   // of seg
     bool done;  // past the block's range
   };
+  // The rows of tile `ahead` are looked up when the tile before it is requested, so the block
+  // table's latency overlaps a tile's compute instead of stalling the copy that follows the
+  // barrier. Measured on the H100 (Nsight Compute, B = 256 at 576 keys): the kernel issued 0.27
+  // instructions a cycle per scheduler, every warp of the block waiting at once.
   Cursor ahead = {};
+  KvTileRows<D, Tr::kKeys, Tr::kThreads> ahead_rows;
+  auto look_up_ahead = [&]() {
+    const Segment& s = ahead.seg;
+    ahead_rows.look_up(s.keys, s.kbeg + ahead.tile * Tr::kKeys, s.kend);
+  };
   int requested = 0;  // tiles of the stream requested so far
   auto request = [&]() {
     if (!ahead.done) {
       T* kt = ring + (requested % Tr::kStages) * Tr::kStageElems;
       const Segment& s = ahead.seg;
-      cp_async_kv_tiles<D, Tr::kKeys, Tr::kThreads>(k, v, s.keys, g.kv_heads, s.kvh,
-                                                    s.kbeg + ahead.tile * Tr::kKeys, s.kend, kt,
-                                                    kt + Tr::kKeys * D);
+      ahead_rows.copy(k, v, g.kv_heads, s.kvh, kt, kt + Tr::kKeys * D);
       ++requested;
       if (++ahead.tile == s.n_tiles) {
         const int64_t next = s.unit0 + s.len;
@@ -355,6 +362,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
           ahead.tile = 0;
         }
       }
+      if (!ahead.done) look_up_ahead();
     }
     cp_async_commit();  // empty groups keep the wait counts uniform
   };
@@ -376,6 +384,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     ahead.seg = seg;
     ahead.tile = 0;
     ahead.done = false;
+    look_up_ahead();
     requested = 0;
     primed = 0;
   };

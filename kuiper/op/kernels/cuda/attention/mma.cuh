@@ -43,27 +43,68 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Where a thread's rows of a K/V tile live in the cache: the thread copies chunk threadIdx.x %
+// (D / 8) of rows threadIdx.x / (D / 8), then every kThreads / (D / 8) rows on. look_up() reads
+// the block table and copy() issues the cp.asyncs, so a kernel can look a tile's rows up one
+// tile ahead of its copy: the table loads' latency is then off the copy's path. look_up() keeps
+// the raw table entries (their first use is in copy(), not at the load); rows at or past key_end
+// are zero-filled by copy() and their table entries never read, as cache rows past the context
+// may hold anything, NaN included.
+template <int D, int kRows, int kThreads>
+struct KvTileRows {
+  static constexpr int kChunks = D / 8;
+  static_assert(kThreads % kChunks == 0, "a thread keeps one chunk column");
+  static constexpr int kStep = kThreads / kChunks;  // rows between a thread's copies
+  static constexpr int kPerThread = (kRows + kStep - 1) / kStep;
+  const int* table;
+  int block_size, last_block;
+  int entry[kPerThread];   // the block table's entry of each row (paged), unclamped
+  int offset[kPerThread];  // the row within its block (paged) or the cache row; -1: past key_end
+
+  // Rows of positions key0 on of one sequence (of `keys`), up to key_end.
+  __device__ __forceinline__ void look_up(const KeyRows& keys, int key0, int key_end) {
+    table = keys.table;
+    block_size = keys.block_size;
+    last_block = keys.last_block;
+    KeyRows::Walk rows = keys.walk(key0 + threadIdx.x / kChunks);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int r = threadIdx.x / kChunks + j * kStep;
+      const bool valid = r < kRows && key0 + r < key_end;
+      entry[j] = valid && rows.table != nullptr ? rows.table[rows.slot] : 0;
+      offset[j] = valid ? rows.offset : -1;
+      rows.advance(kStep);
+    }
+  }
+  // Copies the rows into swizzled shared K and V tiles of kv head `kvh` (not committed).
+  template <typename T>
+  __device__ __forceinline__ void copy(const T* k, const T* v, int kv_heads, int kvh, T* k_tile,
+                                       T* v_tile) const {
+    const int ch = threadIdx.x % kChunks;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int r = threadIdx.x / kChunks + j * kStep;
+      if (r >= kRows) break;
+      const bool valid = offset[j] >= 0;
+      const int row =
+          table == nullptr ? offset[j] : min(max(entry[j], 0), last_block) * block_size + offset[j];
+      const size_t at = valid ? (static_cast<size_t>(row) * kv_heads + kvh) * D + ch * 8 : 0;
+      cp_async16(swizzled<D>(k_tile, r, ch), k + at, valid);
+      cp_async16(swizzled<D>(v_tile, r, ch), v + at, valid);
+    }
+  }
+};
+
 // Copies rows [0, kRows) of a K tile and the V tile of the same keys, positions key0 on of kv
 // head `kvh` (stored where `keys` says), into swizzled shared tiles by cp.async (not committed);
-// one address computation serves both. Rows at or past `key_end` are zero-filled and never read:
-// cache rows past the context may hold anything, NaN included.
+// one address computation serves both. Rows at or past `key_end` are zero-filled and never read.
 template <int D, int kRows, int kThreads, typename T>
 __device__ __forceinline__ void cp_async_kv_tiles(const T* k, const T* v, const KeyRows& keys,
                                                   int kv_heads, int kvh, int key0, int key_end,
                                                   T* k_tile, T* v_tile) {
-  constexpr int kChunks = D / 8;
-  static_assert(kThreads % kChunks == 0, "a thread keeps one chunk column");
-  constexpr int kStep = kThreads / kChunks;  // rows between a thread's copies
-  const int ch = threadIdx.x % kChunks;
-  KeyRows::Walk rows = keys.walk(key0 + threadIdx.x / kChunks);
-#pragma unroll
-  for (int r = threadIdx.x / kChunks; r < kRows; r += kStep) {
-    const bool valid = key0 + r < key_end;
-    const size_t offset = valid ? (static_cast<size_t>(rows.row()) * kv_heads + kvh) * D + ch * 8 : 0;
-    cp_async16(swizzled<D>(k_tile, r, ch), k + offset, valid);
-    cp_async16(swizzled<D>(v_tile, r, ch), v + offset, valid);
-    rows.advance(kStep);
-  }
+  KvTileRows<D, kRows, kThreads> rows;
+  rows.look_up(keys, key0, key_end);
+  rows.copy(k, v, kv_heads, kvh, k_tile, v_tile);
 }
 
 // Four 8x8 b16 matrices from shared memory into the mma fragment layout; kTrans transposes each

@@ -96,6 +96,9 @@ struct MmaRowsSoftmax {
     }
     row[0].accumulate(alpha0, sum[0]);
     row[1].accumulate(alpha1, sum[1]);
+    // Once the maxima settle, most tiles raise none of them: alpha is then exactly 1 and the
+    // output needs no rescaling (a vote keeps the skip one branch for the warp).
+    if (!__any_sync(__activemask(), alpha0 != 1.0f || alpha1 != 1.0f)) return;
 #pragma unroll
     for (int n = 0; n < kO; ++n) {
       o[n][0] *= alpha0;
