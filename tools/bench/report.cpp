@@ -107,8 +107,8 @@ void print_tables(const Report& r, double copy_gbs) {
         std::snprintf(roofline, sizeof roofline, "%.1f%% (%s)", num(t, "roofline_pct"),
                       t["bound"].get<std::string>().c_str());
       }
-      std::printf("| %s | %lld | %lld | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.1f | "
-                  "%.2f | %.2f | %.1f | %.0f%% | %.0f%% / %.0f%% | %s |\n",
+      std::printf("| %s | %lld | %lld | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | "
+                  "%.1f | %.2f | %.2f | %.1f | %.0f%% | %.0f%% / %.0f%% | %s |\n",
                   t["attention"].get<std::string>().c_str(), t["concurrency"].get<long long>(),
                   t["requests"].get<long long>(), num(t, "input_len"), num(t, "output_len"),
                   num(t, "output_tok_s"), num(t, "decode_tok_s"),

@@ -77,8 +77,9 @@ template <typename TX, typename TW, typename TO, int kThreadsPerRow>
 Status launch(const Tensor& x, const Tensor& weight, double eps, Tensor& out, int64_t rows,
               int64_t D) {
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
-  const auto kernel = D <= kThreadsPerRow * kHeld ? rmsnorm_kernel<TX, TW, TO, kThreadsPerRow, true>
-                                                  : rmsnorm_kernel<TX, TW, TO, kThreadsPerRow, false>;
+  const auto kernel = D <= kThreadsPerRow * kHeld
+                          ? rmsnorm_kernel<TX, TW, TO, kThreadsPerRow, true>
+                          : rmsnorm_kernel<TX, TW, TO, kThreadsPerRow, false>;
   kernel<<<blocks_for(rows, kRowsPerBlock), kBlockThreads, 0, stream()>>>(
       x.data<TX>(), weight.data<TW>(), out.data<TO>(), rows, static_cast<int>(D),
       static_cast<float>(eps));
