@@ -40,8 +40,9 @@ Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 // out[T, N] = x[T, K] @ w[N, K]^T (+ bias[N]). w: plain fp32/fp16/bf16, read in its stored
 // type, or quantized (weight.h): the product with its dequantized values, which the kernels form
 // from the packed codes as they read them (the CUDA GEMM of many rows may round them to x's
-// 16-bit dtype first). out has x's dtype, or fp32 (logits keep full precision when activations
-// are 16-bit).
+// 16-bit dtype first, or for block-wise FP8 on sm_90 split 16-bit x into two FP8 terms, within
+// 2^-8 of each value of x and 2^-22 of its 128-column group's largest). out has x's dtype, or
+// fp32 (logits keep full precision when activations are 16-bit).
 Status matmul(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& out);
 
 // out[N, K] = the values of w (weight.h's math, in fp32, rounded once to out's dtype:

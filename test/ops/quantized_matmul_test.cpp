@@ -1,7 +1,8 @@
 // Quantized weights (kuiper/op/weight.h): the host E4M3 conversion, the CPU quantizer's error
 // bound and the layout checks (these run without a GPU), then the CUDA kernels against the CPU
 // reference: op::quantize and op::dequantize bit for bit, and op::matmul / op::linear of every
-// format (the GEMV for one row, dequantize + cuBLAS for more) in every fused form.
+// format (the GEMVs for up to 8 rows; dequantize + cuBLAS, or FP8 tensor cores for large block-wise
+// FP8 weights, for more) in every fused form.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -219,6 +220,53 @@ TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
                                               << " row " << t << " column " << n;
           }
         }
+      }
+    }
+  }
+}
+
+// Many rows of 16-bit x times a block-wise FP8 weight big enough for the FP8 tensor-core GEMM on
+// an H100 (fp8_block_gemm.cu: x split into two FP8 terms, 2^25 weights and more) against the CPU's
+// product with the dequantized weight: within 2^-8 of the values of x, well inside the 16-bit
+// tolerance; with a bias into a 16-bit out, and rows of a stacked weight (a row view). On other
+// GPUs the dequantizing path runs, to the same bound.
+TEST(QuantizedMatmul, CudaFp8GemmOfManyRowsMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t N = 8192 + 256, K = 4096, view = 256;  // rows [view, N) are 2^25 weights
+  const Tensor w = random_tensor({N, K}, 4, DataType::kFp32, 1.0f / 64);
+  const Format block{WeightFormat::kFp8, 128, 128};
+  auto q_cpu = quantized(w, block);
+  auto q_gpu = quantized(upload(w, DataType::kFp32, DeviceType::kCuda), block);
+  ASSERT_OK(q_cpu.status());
+  ASSERT_OK(q_gpu.status());
+  const op::Weight w_cpu = q_cpu->rows(view, N - view), w_gpu = q_gpu->rows(view, N - view);
+  const Tensor bias = random_tensor({N - view}, 5, DataType::kFp32, 0.5f);
+  const Tensor bias_gpu = upload(bias, DataType::kFp32, DeviceType::kCuda);
+  const std::vector<float> bias_values = host_floats(bias);
+  for (DataType act : {DataType::kFp16, DataType::kBf16}) {
+    for (int64_t T : {16, 41}) {
+      const Tensor x = random_tensor({T, K}, 3, act, 2.0f);
+      Tensor ref = poisoned({T, N - view}, DataType::kFp32);
+      ASSERT_OK(op::matmul(x, w_cpu, nullptr, ref));
+      const std::vector<float> b = host_floats(ref);
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(act)) + " T " + std::to_string(T) +
+                     (with_bias ? " +bias" : ""));
+        const DataType out_dtype = with_bias ? act : DataType::kFp32;
+        Tensor got = poisoned({T, N - view}, out_dtype, DeviceType::kCuda);
+        ASSERT_OK(op::matmul(upload(x, act, DeviceType::kCuda), w_gpu,
+                             with_bias ? &bias_gpu : nullptr, got));
+        const std::vector<float> a = host_floats(got);
+        ASSERT_EQ(a.size(), b.size());
+        double err = 0, scale = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          const double want = b[i] + (with_bias ? bias_values[i % (N - view)] : 0.0f);
+          err = std::max(err, std::fabs(double(a[i]) - want));
+          scale = std::max(scale, std::fabs(want));
+        }
+        // 16-bit outputs add their own rounding (2^-9 of a value for bf16).
+        const double tol = out_dtype == DataType::kBf16 ? 6e-3 : 3e-3;
+        EXPECT_LE(err / scale, tol);
       }
     }
   }

@@ -21,6 +21,12 @@ Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias
 Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
                               const op::LinearOptions& options, Tensor& out);
 Status dequantize(const op::Weight& w, Tensor& out);
+// Block-wise FP8 w times many rows of 16-bit x on the FP8 tensor cores (fp8_block_gemm.cu);
+// false where it does not apply (another GPU than sm_90, other scales, shapes cuBLASLt refuses).
+Result<bool> fp8_block_gemm(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out);
+// Before a cuBLAS product with bias: out[t, n] = bias[n], then the product adds with beta = 1,
+// so the bias joins the fp32 accumulation and 16-bit outputs are rounded once (matmul.cu).
+Status broadcast_bias(const Tensor& bias, Tensor& out);
 Status quantize(const Tensor& w, op::Weight& out);
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,

@@ -51,8 +51,7 @@ __global__ void gemm_tiled_kernel(const TX* __restrict__ x, const TW* __restrict
   }
 }
 
-// Before a cuBLAS product with bias: out[t, n] = bias[n], then the product adds with beta = 1,
-// so the bias joins the fp32 accumulation and fp16 outputs are rounded once.
+// broadcast_bias (cuda_kernels.h).
 template <typename TO>
 __global__ void broadcast_bias_kernel(const void* bias, DataType bias_dtype, TO* out, int64_t T,
                                       int64_t N) {
@@ -111,6 +110,21 @@ cudaDataType_t cuda_type(DataType t) {
   }
 }
 
+}  // namespace
+
+Status broadcast_bias(const Tensor& bias, Tensor& out) {
+  const int64_t T = out.dim(0), N = out.dim(1);
+  return visit_activation(out.dtype(), [&](auto tag) {
+    using TO = typename decltype(tag)::type;
+    broadcast_bias_kernel<TO><<<blocks_for(T * N, 256), 256, 0, stream()>>>(
+        bias.raw(), bias.dtype(), out.data<TO>(), T, N);
+    KUIPER_CUDA_CHECK_LAUNCH("bias broadcast kernel");
+    return Status::Ok();
+  });
+}
+
+namespace {
+
 // accumulate: out += x w^T (beta = 1), the residual form; no bias then.
 Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
                    bool accumulate = false) {
@@ -118,13 +132,7 @@ Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor&
   KUIPER_ASSIGN_OR_RETURN(cublasHandle_t handle, cublas_handle());
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias != nullptr) {
-    KUIPER_RETURN_IF_ERROR(visit_activation(out.dtype(), [&](auto tag) {
-      using TO = typename decltype(tag)::type;
-      broadcast_bias_kernel<TO><<<blocks_for(T * N, 256), 256, 0, stream()>>>(
-          bias->raw(), bias->dtype(), out.data<TO>(), T, N);
-      KUIPER_CUDA_CHECK_LAUNCH("bias broadcast kernel");
-      return Status::Ok();
-    }));
+    KUIPER_RETURN_IF_ERROR(broadcast_bias(*bias, out));
     beta = 1.0f;
   }
   // Row-major out[T, N] is column-major out^T[N, T] = w[N, K] (column-major K x N, transposed)

@@ -5,7 +5,8 @@
 //    them, once for all the rows, in every fused form; where it does not apply (fp32 x, scale
 //    groups narrower than its super-step), up to kRowwiseGemvMax rows one at a time through the
 //    GEMV of gemv.cuh with the format's reader (weight_readers.cuh);
-//  - many rows: the weight is dequantized into a scratch matrix of x's dtype and multiplied by
+//  - many rows: a large block-wise FP8 weight on the FP8 tensor cores (fp8_block_gemm.cu, sm_90);
+//    otherwise the weight is dequantized into a scratch matrix of x's dtype and multiplied by
 //    cuBLAS (matmul.cu's path for plain weights);
 //  - op::dequantize (that dequantizing kernel) and op::quantize, bit for bit the CPU reference's
 //    arithmetic (kernels/cpu/quantize.cpp): the same fp32 divisions, rint with ties to even, the
@@ -244,14 +245,15 @@ Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias
   KUIPER_ASSIGN_OR_RETURN(const bool mma, quantized_gemv_mma(x, w, o, out));
   if (mma) return Status::Ok();
   if (T <= kRowwiseGemvMax) return quantized_gemv(x, w, o, out);
-  // Many rows: dequantize to x's dtype, then the plain path (cuBLAS on tensor cores for 16-bit
-  // x). The scratch matrix comes from the caching allocator, so repeated calls reuse it.
+  // Many rows of a large block-wise FP8 weight: the FP8 tensor cores (fp8_block_gemm.cu), where
+  // the GPU has cuBLASLt's block-scaled GEMM.
+  KUIPER_ASSIGN_OR_RETURN(const bool fp8, fp8_block_gemm(x, w, bias, out));
+  if (fp8) return Status::Ok();
+  // Many rows otherwise: dequantize to x's dtype, then the plain path (cuBLAS on tensor cores for
+  // 16-bit x). The scratch matrix comes from the caching allocator, so repeated calls reuse it.
   // Measured on the H100 at T = 512 (Qwen3-8B shapes, bf16 x): FP8 375-412 TFLOP/s against bf16
   // cuBLAS's 685-733, the dequantization (58 us of 129 for gate/up, near copy bandwidth: 1 byte
-  // read and 2 written per weight) being the difference. Faster needs the GEMM to read the codes
-  // itself: cuBLASLt's FP8 block-scaled GEMM also wants x in FP8 (1 x 128 scales), which the op
-  // contract (the product with the dequantized weights, x unrounded) does not allow; a GEMM that
-  // dequantizes tiles in shared memory is the next step (not written yet).
+  // read and 2 written per weight) being the difference.
   KUIPER_ASSIGN_OR_RETURN(Tensor plain,
                           Tensor::empty({w.rows(), w.cols()}, x.dtype(), DeviceType::kCuda));
   KUIPER_RETURN_IF_ERROR(dequantize_into(w, plain));
