@@ -737,6 +737,52 @@ TEST(ConvertQuantize, TheVisionTowerStaysSixteenBit) {
   ASSERT_OK(Model::load(dir.file("vl.bin"), options).status());
 }
 
+// --quantize_lm_head: an untied lm_head in its own format (here int4 beside int8 projections),
+// within its quantizer's bound, and the model runs; a tied one is refused (it is the embedding
+// table), as is an integer lm_head without a group.
+TEST(ConvertQuantize, AnUntiedLmHeadIsQuantizedWhenAsked) {
+  Result<QuantizeSpec> spec = parse_quantize_spec("int8", 128, "int4");
+  ASSERT_OK(spec.status());
+  EXPECT_EQ(spec->describe(), "int8 group 128, lm_head int4 group 128");
+  EXPECT_FALSE(parse_quantize_spec("fp8", 0, "int8").ok());  // per-channel FP8: no group
+  TempDir dir;
+  ASSERT_OK(
+      test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-vl-tiny", dir.file("hf")));
+  ASSERT_OK(convert_checkpoint(dir.file("hf"), dir.file("vl.bin"), std::nullopt, nullptr, *spec));
+  Result<std::shared_ptr<ModelFile>> file = ModelFile::open(dir.file("vl.bin"));
+  ASSERT_OK(file.status());
+  Result<op::Weight> head = (*file)->weight("lm_head.weight");
+  ASSERT_OK(head.status());
+  ASSERT_EQ(head->format, op::WeightFormat::kInt4);
+  Result<op::Weight> q_proj =
+      (*file)->weight("model.language_model.layers.0.self_attn.q_proj.weight");
+  ASSERT_OK(q_proj.status());
+  EXPECT_EQ(q_proj->format, op::WeightFormat::kInt8);
+  Result<SafetensorsCheckpoint> source = SafetensorsCheckpoint::open(dir.file("hf"));
+  ASSERT_OK(source.status());
+  const SafetensorsTensor* t = source->find("lm_head.weight");
+  ASSERT_NE(t, nullptr);
+  const std::vector<float> d = dequantized(*head);
+  std::vector<float> orig(d.size());
+  ASSERT_OK(convert_elements(t->data, t->dtype, orig.data(), DataType::kFp32, orig.size()));
+  const int64_t K = head->cols(), groups = K / head->block_cols;
+  for (size_t i = 0; i < d.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(i) / K, k = static_cast<int64_t>(i) % K;
+    const float s = fp16_to_float(head->scales.data<uint16_t>()[n * groups + k / head->block_cols]);
+    ASSERT_LE(std::fabs(d[i] - orig[i]), s) << "[" << n << ", " << k << "]";
+  }
+  ModelOptions options;
+  options.max_context = 16;
+  Result<std::unique_ptr<Model>> model = Model::load(dir.file("vl.bin"), options);
+  ASSERT_OK(model.status());
+
+  ASSERT_OK(test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", dir.file("tied")));
+  const Status tied = convert_checkpoint(dir.file("tied"), dir.file("t.bin"), std::nullopt,
+                                         nullptr, *spec);
+  ASSERT_FALSE(tied.ok());
+  EXPECT_NE(tied.message().find("tie_word_embeddings"), std::string::npos) << tied.message();
+}
+
 TEST(ConvertQuantize, ShapesTheFormatCannotHoldAreRefused) {
   TempDir dir;
   ASSERT_OK(test::write_fixture_checkpoint(test::fixtures_dir() + "/qwen3-tiny", dir.file("hf")));

@@ -28,8 +28,11 @@ DEFINE_string(hf, "", "Hugging Face checkpoint directory (config.json, tokenizer
 DEFINE_string(out, "", "model file to write");
 DEFINE_string(dtype, "", "convert every weight to fp32, fp16 or bf16 (default: keep as stored)");
 DEFINE_string(quantize, "",
-              "quantize the decoder's projections: fp8, int8 or int4 (embeddings, norms, lm_head "
-              "and a vision tower stay 16-bit)");
+              "quantize the decoder's projections: fp8, int8 or int4 (embeddings, norms, a "
+              "vision tower and, unless --quantize_lm_head, lm_head stay 16-bit)");
+DEFINE_string(quantize_lm_head, "",
+              "quantize an untied lm_head too: fp8, int8 or int4, with --quantize's --group or "
+              "--fp8_block (as llama.cpp and calm do; the published releases keep it 16-bit)");
 DEFINE_int32(group, 128, "--quantize int8/int4: columns per scale and zero point");
 DEFINE_string(fp8_block, "128",
               "--quantize fp8: the side of the square scale block, or 'channel' for one scale a "
@@ -39,7 +42,8 @@ namespace {
 
 constexpr const char* kUsage =
     "kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16] "
-    "[--quantize fp8|int8|int4 [--group N] [--fp8_block 128|channel]]";
+    "[--quantize fp8|int8|int4 [--group N] [--fp8_block 128|channel]] "
+    "[--quantize_lm_head fp8|int8|int4]";
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "kuiper-convert: %s\n", message.c_str());
@@ -103,7 +107,7 @@ int main(int argc, char** argv) {
   }
 
   int64_t block = FLAGS_group;
-  if (FLAGS_quantize == "fp8") {
+  if (FLAGS_quantize == "fp8" || (FLAGS_quantize.empty() && FLAGS_quantize_lm_head == "fp8")) {
     if (FLAGS_fp8_block == "channel") {
       block = 0;
     } else {
@@ -115,7 +119,7 @@ int main(int argc, char** argv) {
     }
   }
   kuiper::Result<kuiper::QuantizeSpec> quantize =
-      kuiper::parse_quantize_spec(FLAGS_quantize, block);
+      kuiper::parse_quantize_spec(FLAGS_quantize, block, FLAGS_quantize_lm_head);
   if (!quantize.ok()) return fail("--quantize: " + quantize.status().message());
 
   std::fprintf(stderr, "kuiper-convert: %s -> %s%s\n", FLAGS_hf.c_str(), FLAGS_out.c_str(),

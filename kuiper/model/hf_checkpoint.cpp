@@ -94,6 +94,10 @@ Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path
     return Status::Error(hf_dir + ": the checkpoint is already quantized; quantize its 16-bit "
                                   "release instead");
   }
+  if (quantize.lm_head_quantized() && ckpt.config.tie_word_embeddings) {
+    return Status::Error(hf_dir + ": lm_head is tied to the embeddings (tie_word_embeddings), "
+                                  "so it stays as stored; leave lm_head unquantized");
+  }
 
   // Check the whole tensor list before writing a byte, so a bad checkpoint fails at once.
   std::vector<TensorSource> sources;
@@ -168,11 +172,14 @@ Status convert_checkpoint(const std::string& hf_dir, const std::string& out_path
                            ", not a float type, and the quantization_config does not say how "
                            "to read it");
     }
-    if (projection && quantize.quantized() && spec.name != "lm_head.weight") {
-      KUIPER_RETURN_IF_ERROR(add_quantized(spec, quantize.entry_for(spec.shape[1]), [t, quantize] {
+    const QuantizeSpec as =
+        spec.name == "lm_head.weight" ? quantize.for_lm_head() : QuantizeSpec{quantize.format,
+                                                                              quantize.block};
+    if (projection && as.quantized()) {
+      KUIPER_RETURN_IF_ERROR(add_quantized(spec, as.entry_for(spec.shape[1]), [t, as] {
         const Tensor w = Tensor::view(const_cast<void*>(t->data), t->shape, t->dtype,
                                       DeviceType::kCpu);
-        return quantize_matrix(w, quantize);
+        return quantize_matrix(w, as);
       }));
       continue;
     }

@@ -52,8 +52,8 @@ struct ModelOptions {
   bool auto_cuda_graph = false;
   // Model::random only: quantize the decoder's projections (op::quantize on the model's device)
   // as a converted checkpoint would hold them, so each format's speed is measured without one.
-  // Embeddings, norms and lm_head stay in the activation dtype. A loaded model ignores it: its
-  // file says what is quantized.
+  // Embeddings, norms and (unless quantize.lm_head says) lm_head stay in the activation dtype. A
+  // loaded model ignores it: its file says what is quantized.
   QuantizeSpec quantize;
 };
 

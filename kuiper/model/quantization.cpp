@@ -58,27 +58,34 @@ QuantizedEntry QuantizeSpec::entry_for(int64_t K) const {
 }
 
 std::string QuantizeSpec::describe() const {
-  const std::string name = op::weight_format_name(format);
-  if (format == op::WeightFormat::kPlain) return name;
+  std::string name = op::weight_format_name(format);
   if (format == op::WeightFormat::kFp8) {
-    return block == 0 ? name + " per-channel"
-                      : name + " block " + std::to_string(block) + "x" + std::to_string(block);
+    name += block == 0 ? " per-channel" : " block " + std::to_string(block) + "x" +
+                                              std::to_string(block);
+  } else if (format != op::WeightFormat::kPlain) {
+    name += " group " + std::to_string(block);
   }
-  return name + " group " + std::to_string(block);
+  return lm_head_quantized() ? name + ", lm_head " + for_lm_head().describe() : name;
 }
 
-Result<QuantizeSpec> parse_quantize_spec(const std::string& format, int64_t block) {
+Result<QuantizeSpec> parse_quantize_spec(const std::string& format, int64_t block,
+                                         const std::string& lm_head) {
   QuantizeSpec spec;
-  if (format.empty()) return spec;
-  KUIPER_ASSIGN_OR_RETURN(spec.format, op::parse_weight_format(format));
   spec.block = block;
-  const bool fp8 = spec.format == op::WeightFormat::kFp8;
-  if (block < (fp8 ? 0 : 1) || block > (int64_t{1} << 20)) {
-    return Status::Error("the " + format + (fp8 ? " block " : " group ") + std::to_string(block) +
-                         " is out of range" + (fp8 ? " (0: per-channel)" : ""));
-  }
-  if (spec.format == op::WeightFormat::kInt4 && block % 2 != 0) {
-    return Status::Error("the int4 group must be even, not " + std::to_string(block));
+  for (const auto& [flag, out] : {std::make_pair(&format, &spec.format),
+                                  std::make_pair(&lm_head, &spec.lm_head)}) {
+    if (flag->empty()) continue;
+    KUIPER_ASSIGN_OR_RETURN(*out, op::parse_weight_format(*flag));
+    const bool fp8 = *out == op::WeightFormat::kFp8;
+    if (*out == op::WeightFormat::kPlain) continue;
+    if (block < (fp8 ? 0 : 1) || block > (int64_t{1} << 20)) {
+      return Status::Error("the " + *flag + (fp8 ? " block " : " group ") +
+                           std::to_string(block) + " is out of range" +
+                           (fp8 ? " (0: per-channel)" : ""));
+    }
+    if (*out == op::WeightFormat::kInt4 && block % 2 != 0) {
+      return Status::Error("the int4 group must be even, not " + std::to_string(block));
+    }
   }
   return spec;
 }

@@ -137,6 +137,10 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create(std::shared_ptr<ModelFile> 
 Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& config,
                                                             const ModelOptions& options,
                                                             uint64_t seed) {
+  if (options.quantize.lm_head_quantized() && config.tie_word_embeddings) {
+    return Status::Error("lm_head is tied to the embeddings (tie_word_embeddings), so it stays "
+                         "as stored; leave lm_head unquantized");
+  }
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<QwenModel> model, make(config, nullptr, options));
   // Every weight in the activation dtype, as place() leaves matrices of a loaded model. Scales
   // keep activations O(1) through the layers: uniform(-s, s) has variance s^2/3, so matrices use
@@ -155,14 +159,16 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& c
       scale = std::sqrt(3.0f / static_cast<float>(shape[1]));
     }
     KUIPER_RETURN_IF_ERROR(op::fill_random(t, seed * 1000003u + index++, scale, offset).With(name));
-    const bool quantize = options.quantize.quantized() && name != "lm_head.weight" &&
-                          std::find(quantizable.begin(), quantizable.end(), name) !=
-                              quantizable.end();
+    const QuantizeSpec as = name == "lm_head.weight"
+                                ? options.quantize.for_lm_head()
+                                : QuantizeSpec{options.quantize.format, options.quantize.block};
+    const bool quantize = as.quantized() && std::find(quantizable.begin(), quantizable.end(),
+                                                      name) != quantizable.end();
     if (!quantize) {
       out = std::move(t);
       return Status::Ok();
     }
-    Result<op::Weight> q = quantize_matrix(t, options.quantize);
+    Result<op::Weight> q = quantize_matrix(t, as);
     if (!q.ok()) return q.status().With(name);
     out = std::move(q).value();
     return Status::Ok();

@@ -18,11 +18,23 @@ double matrix_bytes_per_weight(const kuiper::QuantizeSpec& q, size_t elem) {
   return static_cast<double>(elem);
 }
 
+namespace {
+
+// lm_head's bytes: the embeddings' when tied, else its own format's.
+double lm_head_bytes(const kuiper::ModelConfig& c, size_t elem, const kuiper::QuantizeSpec& q) {
+  const double per_weight = c.tie_word_embeddings
+                                ? static_cast<double>(elem)
+                                : matrix_bytes_per_weight(q.for_lm_head(), elem);
+  return static_cast<double>(c.vocab_size) * c.hidden_size * per_weight;
+}
+
+}  // namespace
+
 double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context,
                     const kuiper::QuantizeSpec& q) {
   const double H = c.hidden_size;
   const double weights = layer_matrix_params(c) * matrix_bytes_per_weight(q, elem) +
-                         (c.vocab_size * H + H) * elem;
+                         lm_head_bytes(c, elem, q) + H * elem;
   const double kv = 2.0 * c.num_layers * c.kv_dim() * context * elem;
   return weights + kv;
 }
@@ -32,9 +44,9 @@ double weight_bytes(const kuiper::ModelConfig& c, size_t elem, const kuiper::Qua
   double per_layer = 2 * H;  // the two norms
   if (c.qk_norm) per_layer += 2.0 * c.head_dim;
   if (c.qkv_bias) per_layer += c.q_dim() + 2.0 * c.kv_dim();
-  const double embeddings = c.vocab_size * H * (c.tie_word_embeddings ? 1 : 2);
-  return layer_matrix_params(c) * matrix_bytes_per_weight(q, elem) +
-         (per_layer * c.num_layers + embeddings + H) * elem;
+  const double lm_head = c.tie_word_embeddings ? 0.0 : lm_head_bytes(c, elem, q);
+  return layer_matrix_params(c) * matrix_bytes_per_weight(q, elem) + lm_head +
+         (per_layer * c.num_layers + c.vocab_size * H + H) * elem;
 }
 
 double kv_cache_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t max_context) {

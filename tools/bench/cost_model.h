@@ -16,11 +16,12 @@ double layer_matrix_params(const kuiper::ModelConfig& c);
 // format's code with its share of the scales and zeros (int4 with groups of 128: 0.5 + 3/128).
 double matrix_bytes_per_weight(const kuiper::QuantizeSpec& q, size_t elem);
 // Bytes one decode step must read: every weight matrix (the matrices are stored in the
-// activation dtype on the GPU, or quantized as `q` says), one embedding row, and the K and V
-// cache rows so far.
+// activation dtype on the GPU, or quantized as `q` says, an untied lm_head as q.lm_head says),
+// one embedding row, and the K and V cache rows so far.
 double decode_bytes(const kuiper::ModelConfig& c, size_t elem, double context,
                     const kuiper::QuantizeSpec& q = {});
-// Bytes of every weight as the GPU stores them (activation dtype; layer matrices as `q` says).
+// Bytes of every weight as the GPU stores them (activation dtype; layer matrices and an untied
+// lm_head as `q` says).
 double weight_bytes(const kuiper::ModelConfig& c, size_t elem, const kuiper::QuantizeSpec& q = {});
 double kv_cache_bytes(const kuiper::ModelConfig& c, size_t elem, int64_t max_context);
 // Activations of a forward of T tokens (QwenModel's Workspace) plus one row of fp32 logits.

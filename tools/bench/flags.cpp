@@ -12,6 +12,9 @@ DEFINE_string(quantize, "",
               "quantize the random (--config) weights: fp8 (E4M3, 128x128 block scales), int8 "
               "or int4 (a scale and zero per --group columns of a row); empty: plain");
 DEFINE_int32(group, 128, "--quantize int8/int4: columns per scale group");
+DEFINE_string(quantize_lm_head, "",
+              "quantize the random (--config) model's untied lm_head too: fp8, int8 or int4 "
+              "(kuiper-convert --quantize_lm_head); empty: it stays in the activation dtype");
 DEFINE_string(config, "", "Hugging Face config.json: benchmark that shape with random weights");
 DEFINE_string(model, "", "Kuiper model file (.bin) to benchmark instead of --config");
 DEFINE_string(dtype, "auto",

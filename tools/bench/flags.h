@@ -57,6 +57,7 @@ DECLARE_int64(max_batch_tokens);
 DECLARE_bool(warmup);
 DECLARE_uint64(seed);
 DECLARE_string(quantize);
+DECLARE_string(quantize_lm_head);
 DECLARE_int32(group);
 
 namespace kuiper::bench {

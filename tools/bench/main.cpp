@@ -50,31 +50,37 @@ Status read_model_shape(kuiper::ModelConfig* config, std::string* name) {
   return Status::Ok();
 }
 
-// --quantize (and --group): how a random model's projections are quantized, as
+// --quantize (and --group, --quantize-lm-head): how a random model's matrices are quantized, as
 // kuiper-convert --quantize would (FP8 128 x 128 blocks). A model file says its own, read here.
 Result<kuiper::QuantizeSpec> read_quantize() {
-  if (!FLAGS_quantize.empty() && !FLAGS_model.empty()) {
+  if ((!FLAGS_quantize.empty() || !FLAGS_quantize_lm_head.empty()) && !FLAGS_model.empty()) {
     return Status::Error("--quantize applies to --config's random weights; a --model file holds "
                          "its own (kuiper-convert --quantize)");
   }
   if (!FLAGS_model.empty()) {
-    // The file's own: its quantized matrices share one format and block (kuiper-convert's), so
-    // the first one describes them for the cost model's bytes a token.
+    // The file's own: its quantized projections share one format and block (kuiper-convert's),
+    // so the first one describes them for the cost model's bytes a token; lm_head may differ.
     KUIPER_ASSIGN_OR_RETURN(const std::shared_ptr<kuiper::ModelFile> file,
                             kuiper::ModelFile::open(FLAGS_model));
     KUIPER_ASSIGN_OR_RETURN(const auto entries, kuiper::parse_quantization(file->metadata()));
     kuiper::QuantizeSpec spec;
-    if (!entries.empty()) {
-      const kuiper::QuantizedEntry& e = entries.front().second;
-      spec.format = e.format;
-      spec.block = e.format == op::WeightFormat::kFp8 && e.block_rows == 1 ? 0 : e.block_cols;
+    for (const auto& [name, e] : entries) {
+      const int64_t block =
+          e.format == op::WeightFormat::kFp8 && e.block_rows == 1 ? 0 : e.block_cols;
+      if (name == "lm_head.weight") {
+        spec.lm_head = e.format;
+      } else if (spec.format == op::WeightFormat::kPlain) {
+        spec.format = e.format;
+        spec.block = block;
+      }
     }
     return spec;
   }
   KUIPER_ASSIGN_OR_RETURN(const op::WeightFormat format, quantize_format());
-  if (format == op::WeightFormat::kPlain) return kuiper::QuantizeSpec();
+  const bool fp8 = format == op::WeightFormat::kFp8 ||
+                   (format == op::WeightFormat::kPlain && FLAGS_quantize_lm_head == "fp8");
   Result<kuiper::QuantizeSpec> q = kuiper::parse_quantize_spec(
-      FLAGS_quantize, format == op::WeightFormat::kFp8 ? 128 : FLAGS_group);
+      FLAGS_quantize, fp8 ? 128 : FLAGS_group, FLAGS_quantize_lm_head);
   if (!q.ok()) return q.status().With("--quantize");
   return q;
 }

@@ -9,8 +9,9 @@
 // contract (the product with the dequantized weights within 16-bit rounding). So x is split in
 // kTerms terms: q2 is the FP8 code of the remainder x - s1 q1 with its own scale s2, and
 // x ~ s1 q1 + s2 q2 within 2^-8 of each value (2^-4 of a remainder that is itself within 2^-4;
-// FP8's subnormals add up to 2^-22 of the group's largest), about the rounding of bf16. Each term is one GEMM over the same weight: the remainder's
-// first, then the main term's adding onto it (beta = 1), so the large term is rounded once.
+// FP8's subnormals add up to 2^-22 of the group's largest), about the rounding of bf16. Each
+// term is one GEMM over the same weight: the remainder's first, then the main term's adding onto
+// it (beta = 1), so the large term is rounded once.
 //
 // Why two FP8 GEMMs rather than dequantizing (quantized_matmul.cu): that path moves 5 bytes a
 // weight (1 read, 2 written and read again by a bf16 GEMM), these GEMMs 2 (the codes, read once
@@ -94,7 +95,14 @@ __global__ void split_fp8_kernel(const TX* __restrict__ x, int64_t T, int64_t K,
 
 Status check_lt(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  return Status::Error(std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(s)));
+  return Status::Error(std::string(what) + ": cuBLASLt status " +
+                       std::to_string(static_cast<int>(s)));
+}
+
+template <typename V>
+Status set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                     const V& value, const char* what) {
+  return check_lt(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), what);
 }
 
 struct LtContext {
@@ -156,31 +164,22 @@ Result<LtPlan> make_plan(cublasLtHandle_t handle, const void* stand_in, int64_t 
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
   const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-  KUIPER_RETURN_IF_ERROR(check_lt(
-      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa"));
-  KUIPER_RETURN_IF_ERROR(check_lt(
-      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb"));
-  KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(
-                                      p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)),
-                                  "A scale mode"));
-  KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(
-                                      p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)),
-                                  "B scale mode"));
+  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "transa"));
+  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "transb"));
+  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode, "A mode"));
+  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode, "B mode"));
   KUIPER_RETURN_IF_ERROR(
       check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, K, N, K), "A layout"));
   KUIPER_RETURN_IF_ERROR(
       check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, K, T, K), "B layout"));
-  KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatrixLayoutCreate(&p.d, lt_type(out), N, T, N), "D layout"));
+  KUIPER_RETURN_IF_ERROR(
+      check_lt(cublasLtMatrixLayoutCreate(&p.d, lt_type(out), N, T, N), "D layout"));
   // The heuristic looks at the scale pointers too (it finds nothing while they are null): any
   // 16-byte aligned device address stands in for the ones set per call.
-  KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(
-                                      p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &stand_in,
-                                      sizeof(stand_in)),
-                                  "A scale pointer"));
-  KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(
-                                      p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &stand_in,
-                                      sizeof(stand_in)),
-                                  "B scale pointer"));
+  KUIPER_RETURN_IF_ERROR(
+      set_attribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, stand_in, "A scale pointer"));
+  KUIPER_RETURN_IF_ERROR(
+      set_attribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, stand_in, "B scale pointer"));
   cublasLtMatmulPreference_t pref = nullptr;
   KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const size_t workspace = LtContext::kWorkspaceBytes;
@@ -270,14 +269,10 @@ Result<bool> fp8_block_gemm(const Tensor& x, const op::Weight& w, const Tensor* 
   for (int j = kTerms - 1; j >= 0; --j) {  // the remainder first, the main term onto it
     const float beta = (j < kTerms - 1 || bias != nullptr) ? 1.0f : 0.0f;
     const void* x_scales = scales.data<float>() + j * groups * T;
-    KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(
-                                        plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales,
-                                        sizeof(w_scales)),
-                                    "A scale pointer"));
-    KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulDescSetAttribute(
-                                        plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
-                                        sizeof(x_scales)),
-                                    "B scale pointer"));
+    KUIPER_RETURN_IF_ERROR(
+        set_attribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales, "A scale pointer"));
+    KUIPER_RETURN_IF_ERROR(
+        set_attribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scales, "B scale pointer"));
     KUIPER_RETURN_IF_ERROR(check_lt(
         cublasLtMatmul(lt.handle, plan->op, &alpha, w.values.raw(), plan->a,
                        codes.data<uint8_t>() + j * T * K, plan->b, &beta, out.raw(), plan->d,
