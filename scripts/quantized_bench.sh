@@ -7,7 +7,8 @@
 #
 #   device run tool:  command "export OUT; bash scripts/quantized_bench.sh"   carry [".gpu"]
 #
-# Knobs: CONFIG (models/qwen2.5-7b.json), FORMATS (fp8,int4,int8), DTYPE (the activation dtype,
+# Knobs: CONFIG (models/qwen2.5-7b.json), FORMATS (plain,fp8,int4,int8; F/L also quantizes lm_head
+# in L: int4/int8 is --quantize int4 --quantize_lm_head int8), DTYPE (the activation dtype,
 # bf16), CALM_DTYPES (fp16,fp8,gf4; empty skips calm), STEP_TIMEOUT_S (240).
 # Writes under $OUT: build.log, hf.log, convert-*.log, bench-*.md, calm.log.
 set -uo pipefail
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-$BUILD/quantized}
 CONFIG=${CONFIG:-models/qwen2.5-7b.json}
-FORMATS=${FORMATS:-fp8,int4,int8}
+FORMATS=${FORMATS:-plain,fp8,int4,int8}
 DTYPE=${DTYPE:-bf16}
 CALM_DTYPES=${CALM_DTYPES-fp16,fp8,gf4}
 STEP_TIMEOUT_S=${STEP_TIMEOUT_S:-240}
@@ -37,16 +38,17 @@ timeout "$STEP_TIMEOUT_S" python3 .gpu/peers/make_random_hf.py "$CONFIG" "$hf" .
   > "$OUT/hf.log" 2>&1 || { echo "random checkpoint failed"; tail -5 "$OUT/hf.log"; exit 1; }
 log "checkpoint $(du -sh "$hf" | cut -f1)"
 
-for f in plain ${FORMATS//,/ }; do
-  model=$WORK/model-$f.bin
+for f in ${FORMATS//,/ }; do
+  model=$WORK/model-${f//\//-}.bin
   quantize=()
-  [ "$f" != plain ] && quantize=(--quantize "$f")
+  [ "$f" != plain ] && quantize=(--quantize "${f%%/*}")
+  [ "$f" != "${f#*/}" ] && quantize+=(--quantize_lm_head "${f#*/}")
   timeout "$STEP_TIMEOUT_S" "./$BUILD/bin/kuiper-convert" --hf "$hf" --out "$model" "${quantize[@]}" \
-    > "$OUT/convert-$f.log" 2>&1 || { echo "convert $f failed: $(tail -2 "$OUT/convert-$f.log")"; continue; }
+    > "$OUT/convert-${f//\//-}.log" 2>&1 || { echo "convert $f failed: $(tail -2 "$OUT/convert-${f//\//-}.log")"; continue; }
   log "converted $f: $(du -h "$model" | cut -f1)"
   timeout "$STEP_TIMEOUT_S" "./$BUILD/bin/kuiper-bench" --model "$model" --dtype "$DTYPE" \
-    --prompt 512 --gen 128 --repeat 3 --max-context 1024 > "$OUT/bench-$f.md" 2>&1 ||
-    echo "bench $f failed: $(tail -2 "$OUT/bench-$f.md")"
+    --prompt 512 --gen 128 --repeat 3 --max-context 1024 > "$OUT/bench-${f//\//-}.md" 2>&1 ||
+    echo "bench $f failed: $(tail -2 "$OUT/bench-${f//\//-}.md")"
   rm -f "$model"
   log "timed $f"
 done
@@ -56,9 +58,9 @@ if [ -n "$CALM_DTYPES" ]; then
   log "calm"
 fi
 echo
-for f in plain ${FORMATS//,/ }; do
+for f in ${FORMATS//,/ }; do
   echo "== kuiper $f"
-  grep -E "^\|" "$OUT/bench-$f.md" 2>/dev/null | head -4
+  grep -E "^\|" "$OUT/bench-${f//\//-}.md" 2>/dev/null | head -4
 done
 echo "== calm"
 cat "$OUT/calm.log" 2>/dev/null
