@@ -19,10 +19,10 @@
 // gate|up took 246 us against 342 (bf16 weights: 188); measured in docs/PERFORMANCE.md
 // ("Quantized weights"). Small weights keep the dequantizing path (kMinWeights).
 //
-// Not done: one FP8 term (x rounded to FP8, as transformers' FP8Linear, vLLM and SGLang run
-// block-wise FP8 checkpoints) takes one GEMM, 129 us for that gate|up and a 512-token prefill of
-// 11.0 ms against 12.2 for bf16 weights, but leaves the product a few percent off the
-// dequantized weights' (see docs/PERFORMANCE.md).
+// Not done: one FP8 term (x rounded to FP8, as vLLM and SGLang run block-wise FP8 checkpoints)
+// takes one GEMM, 129 us for that gate|up and a 512-token prefill of 11.0 ms against 12.2 for
+// bf16 weights, but leaves the product a few percent off the dequantized weights' (see
+// docs/PERFORMANCE.md).
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 
