@@ -192,16 +192,17 @@ TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
 
 // A row of a small batch (the tensor-core GEMV's T columns) multiplies bit for bit as it does
 // alone, also where the batch takes several launches (K = 16384: 3 rows of x a launch on an
-// H100, so that two blocks fit a multiprocessor), for every format the GEMV reads in pairs and
-// both 16-bit types.
+// H100, so that two blocks fit a multiprocessor; 16 rows: two launches of 8), for every format
+// the GEMV reads in pairs and both 16-bit types.
 TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
   SKIP_WITHOUT_CUDA();
   const Format formats[] = {{WeightFormat::kFp8, 128, 128},
                             {WeightFormat::kInt8, 1, 128},
                             {WeightFormat::kInt4, 1, 128}};
-  const int64_t N = 48, T = 8;
+  const int64_t N = 48;
+  const std::pair<int64_t, int64_t> shapes[] = {{512, 8}, {512, 16}, {16384, 8}};  // K, T
   for (const Format& f : formats) {
-    for (int64_t K : {512, 16384}) {
+    for (const auto& [K, T] : shapes) {
       const Tensor w = upload(random_tensor({N, K}, 4, DataType::kFp32, 0.05f), DataType::kFp32,
                               DeviceType::kCuda);
       auto q = quantized(w, f);
@@ -216,7 +217,8 @@ TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
           ASSERT_OK(op::matmul(x.rows(t, 1), *q, nullptr, alone));
           const std::vector<float> got = host_floats(alone);
           for (int64_t n = 0; n < N; ++n) {
-            ASSERT_EQ(got[n], all[t * N + n]) << f.name() << " K " << K << " x=" << dtype_name(act)
+            ASSERT_EQ(got[n], all[t * N + n]) << f.name() << " K " << K << " T " << T << " x="
+                                              << dtype_name(act)
                                               << " row " << t << " column " << n;
           }
         }

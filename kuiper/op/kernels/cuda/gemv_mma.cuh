@@ -53,7 +53,12 @@ namespace kuiper::cuda {
 
 constexpr int kMmaGemvWarps = 8;
 constexpr int kMmaGemvThreads = 32 * kMmaGemvWarps;
-constexpr int kMmaGemvMaxRows = 8;    // rows of x: the mma's 8 columns
+constexpr int kMmaGemvMaxRows = 8;    // rows of x a launch takes: the mma's 8 columns
+// Rows of x one product takes, in launches of kMmaGemvMaxRows where those fit two blocks an SM
+// (gemv_mma): two passes over the packed weights beat dequantizing them for the GEMM, which
+// moves 2.5 to 4.5 bytes a weight (H100, Qwen2.5-7B FP8 gate|up: 57 us for 8 rows, 257 us
+// dequantized for 16; q_proj 12 and 25).
+constexpr int kMmaGemvMaxBatch = 16;
 constexpr int kMmaGemvRing = 4;       // super-steps in flight per warp (2 x 16 bytes a lane each)
 constexpr int kMmaGemvPadPairs = 16;  // 64 bytes after each staged row of x (MmaXs)
 
@@ -377,7 +382,8 @@ inline Result<int64_t> max_dynamic_shared_memory() {
 
 // Whether gemv_mma takes this product: T16 multiplies (x or out 16-bit, an fp32 x only when
 // normalised), the reader's chunks apply, K holds whole super-steps and a quantized weight's
-// scale groups whole super-steps, T <= kMmaGemvMaxRows, and one staged row of x fits.
+// scale groups whole super-steps, T <= kMmaGemvMaxRows (one launch), and one staged row of x
+// fits.
 template <typename Reader, typename TX, typename TO>
 bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
   if constexpr (std::is_same_v<TX, float> && std::is_same_v<TO, float>) {
@@ -458,7 +464,7 @@ template <typename VisitReader>
 Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
                       Tensor& out, VisitReader&& visit_reader) {
   GemvArgs a = gemv_args(x, w, o, out);
-  if (a.T < 1 || a.T > kMmaGemvMaxRows) return false;
+  if (a.T < 1 || a.T > kMmaGemvMaxBatch) return false;
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
   // What the kernel's static shared memory leaves of the block's limit.
   const int64_t smem_limit = optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps *
@@ -475,11 +481,17 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
           } else {
             a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
             using T16 = MmaType<TX, TO>;
-            if (!gemv_mma_applies<Reader, TX, TO>(a, smem_limit)) return Status::Ok();
+            GemvArgs launch = a;  // what one launch takes
+            launch.T = std::min<int64_t>(a.T, kMmaGemvMaxRows);
+            if (!gemv_mma_applies<Reader, TX, TO>(launch, smem_limit)) return Status::Ok();
             KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, T16, TX, TO>>(
                 static_cast<size_t>(smem_limit))));
-            KUIPER_ASSIGN_OR_RETURN(const int64_t per_launch,
-                                    (gemv_mma_rows_per_launch<Reader, T16, TX, TO>(a.T, a.K)));
+            KUIPER_ASSIGN_OR_RETURN(
+                const int64_t per_launch,
+                (gemv_mma_rows_per_launch<Reader, T16, TX, TO>(launch.T, a.K)));
+            // Past kMmaGemvMaxRows rows, only where each launch takes that many (a long row of x,
+            // down_proj's, leaves room for fewer, and more passes over the weights cost more).
+            if (a.T > kMmaGemvMaxRows && per_launch < kMmaGemvMaxRows) return Status::Ok();
             ran = true;
             return launch_gemv_mma<Reader, TX, TO>(a, per_launch);
           }

@@ -2,7 +2,8 @@
 //
 //  - up to 8 rows of x (decode, one sequence or a small batch): the tensor-core GEMV of
 //    gemv_mma.cuh, which turns the packed weights into 16-bit pairs in registers as it streams
-//    them, once for all the rows, in every fused form; where it does not apply (fp32 x, scale
+//    them, once for all the rows, in every fused form; up to 16 rows in launches of 8 where x's
+//    rows leave room for that (kMmaGemvMaxBatch); where it does not apply (fp32 x, scale
 //    groups narrower than its super-step), up to kRowwiseGemvMax rows one at a time through the
 //    GEMV of gemv.cuh with the format's reader (weight_readers.cuh);
 //  - many rows: a large block-wise FP8 weight on the FP8 tensor cores (fp8_block_gemm.cu, sm_90);
