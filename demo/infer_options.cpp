@@ -45,6 +45,10 @@ DEFINE_string(dtype, "auto",
 DEFINE_bool(cuda_graph, true,
             "decode through a captured CUDA graph (default: on with --device cuda; "
             "--no-cuda-graph decodes eagerly)");
+DEFINE_bool(fp8_activations, false,
+            "FP8 weights multiply activations rounded to FP8 (W8A8: a scale per row and 128 "
+            "columns, as transformers, vLLM and SGLang run FP8 checkpoints); off: the product "
+            "with the dequantized weights");
 DEFINE_bool(stats, false, "print prompt, prefill and decode statistics after each reply");
 
 // Batch mode's concurrency and the KV pool.
@@ -216,6 +220,7 @@ Result<InferOptions> parse_infer_options(int argc, char** argv, Architecture fam
   KUIPER_RETURN_IF_ERROR(set_model_flags(
       FLAGS_dtype, FLAGS_cuda_graph, !gflags::GetCommandLineFlagInfoOrDie("cuda_graph").is_default,
       &o.model));
+  o.model.fp8_activations = FLAGS_fp8_activations;
   if (FLAGS_max_context < 0) {
     return bad_flag("max-context", std::to_string(FLAGS_max_context),
                     "a number of tokens > 0, or 0 for the model's maximum");

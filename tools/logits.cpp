@@ -25,6 +25,10 @@ DEFINE_string(dtype, "auto",
 DEFINE_bool(cuda_graph, true,
             "--decode: decode through a captured CUDA graph (default: on with --device cuda; "
             "--no-cuda-graph decodes eagerly)");
+DEFINE_bool(fp8_activations, false,
+            "FP8 weights multiply activations rounded to FP8 (W8A8: a scale per row and 128 "
+            "columns, as transformers, vLLM and SGLang run FP8 checkpoints); off: the product "
+            "with the dequantized weights");
 DEFINE_string(out, "", "file for the logits (raw float32, vocab_size values)");
 DEFINE_bool(decode, false,
             "feed the tokens one at a time through the decode path (with --image: those after "
@@ -117,6 +121,7 @@ Status run(const std::vector<std::string>& image_paths) {
   KUIPER_RETURN_IF_ERROR(kuiper::set_model_flags(
       FLAGS_dtype, FLAGS_cuda_graph, !gflags::GetCommandLineFlagInfoOrDie("cuda_graph").is_default,
       &options));
+  options.fp8_activations = FLAGS_fp8_activations;
   options.max_context = static_cast<int64_t>(ids.size());
   KUIPER_ASSIGN_OR_RETURN(std::vector<kuiper::ProcessedImage> images,
                           load_images(image_paths, ids));

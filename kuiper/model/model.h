@@ -55,6 +55,11 @@ struct ModelOptions {
   // Embeddings, norms and (unless quantize.lm_head says) lm_head stay in the activation dtype. A
   // loaded model ignores it: its file says what is quantized.
   QuantizeSpec quantize;
+  // FP8 weights multiply x rounded to FP8 (W8A8: op::Weight::fp8_activations, a scale per row and
+  // 128 columns), as transformers' FineGrainedFP8 forward, vLLM and SGLang run FP8 checkpoints:
+  // faster for many rows (one FP8 tensor-core GEMM), the logits a little further from the
+  // dequantized weights' product. Off: that product. An error for a model without FP8 weights.
+  bool fp8_activations = false;
 };
 
 class Model {

@@ -179,11 +179,17 @@ Result<std::unique_ptr<QwenModel>> QwenModel::create_random(const ModelConfig& c
 
 template <typename Fetch>
 Status QwenModel::build_weights(Fetch&& fetch) {
+  bool any_fp8 = false;
   auto get_weight = [&](const std::string& name, const std::vector<int64_t>& shape,
-                        op::Weight& out) {
-    const Status s = fetch(name, shape, out);
-    if (s.ok()) weight_bytes_ += static_cast<int64_t>(out.nbytes());
-    return s;
+                        op::Weight& out) -> Status {
+    KUIPER_RETURN_IF_ERROR(fetch(name, shape, out));
+    weight_bytes_ += static_cast<int64_t>(out.nbytes());
+    if (options_.fp8_activations && out.format == op::WeightFormat::kFp8) {
+      any_fp8 = true;
+      out.fp8_activations = true;
+      KUIPER_RETURN_IF_ERROR(op::check_weight(out).With(name));
+    }
+    return Status::Ok();
   };
   auto get = [&](const std::string& name, const std::vector<int64_t>& shape, Tensor& out) {
     op::Weight w;
@@ -225,6 +231,9 @@ Status QwenModel::build_weights(Fetch&& fetch) {
     KUIPER_RETURN_IF_ERROR(get_weight(p + "mlp.gate_proj.weight", {I, H}, L.gate_proj));
     KUIPER_RETURN_IF_ERROR(get_weight(p + "mlp.up_proj.weight", {I, H}, L.up_proj));
     KUIPER_RETURN_IF_ERROR(get_weight(p + "mlp.down_proj.weight", {H, I}, L.down_proj));
+  }
+  if (options_.fp8_activations && !any_fp8) {
+    return Status::Error("FP8 activations were asked for, but the model has no FP8 weights");
   }
   if (dev != DeviceType::kCpu) KUIPER_RETURN_IF_ERROR(stack_projections());
   // The KV pool last, so that a pool sized from free memory sees the weights in place; one

@@ -41,8 +41,11 @@ Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 // type, or quantized (weight.h): the product with its dequantized values, which the kernels form
 // from the packed codes as they read them (the CUDA GEMM of many rows may round them to x's
 // 16-bit dtype first, or for block-wise FP8 on sm_90 split 16-bit x into two FP8 terms, within
-// 2^-8 of each value of x and 2^-22 of its 128-column group's largest). out has x's dtype, or
-// fp32 (logits keep full precision when activations are 16-bit).
+// 2^-8 of each value of x and 2^-22 of its 128-column group's largest). With FP8 activations
+// (w.fp8_activations, weight.h) the product is with x rounded to FP8 a group at a time: the same
+// codes and scales on every device and path (where a path cannot take the codes as they are, x
+// rounded to FP8 and back to its dtype). out has x's dtype, or fp32 (logits keep full precision
+// when activations are 16-bit).
 Status matmul(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& out);
 
 // out[N, K] = the values of w (weight.h's math, in fp32, rounded once to out's dtype:

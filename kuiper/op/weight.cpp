@@ -62,6 +62,7 @@ std::string Weight::describe() const {
   std::string s = std::string(weight_format_name(format)) + shape_string({rows(), cols()});
   if (format == WeightFormat::kFp8) {
     s += " block " + std::to_string(block_rows) + "x" + std::to_string(block_cols);
+    if (fp8_activations) s += " fp8 activations";
   } else {
     s += " group " + std::to_string(block_cols);
   }
@@ -84,6 +85,11 @@ Status check_weight(const Weight& w) {
   if (!w.values.defined()) return Status::Error("undefined weight");
   if (w.values.ndim() != 2) return bad(w, "values must be a matrix, not " + w.values.describe());
   const DataType vt = w.values.dtype();
+  if (w.fp8_activations &&
+      (w.format != WeightFormat::kFp8 || w.cols() % kFp8ActivationGroup != 0)) {
+    return bad(w, "FP8 activations need FP8 weights of a multiple of " +
+                      std::to_string(kFp8ActivationGroup) + " columns");
+  }
   if (!w.quantized()) {
     if (vt != DataType::kFp32 && vt != DataType::kFp16 && vt != DataType::kBf16) {
       return bad(w, "a plain weight must be fp32, fp16 or bf16");

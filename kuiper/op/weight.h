@@ -17,6 +17,14 @@
 //
 // Rows of a weight (a row view) keep their scales: a view begins and ends at a multiple of
 // block_rows (or at N), so stacked matrices (q|k|v, gate|up) stay one Weight.
+//
+// FP8 activations (W8A8; fp8_activations, kFp8 only, K a multiple of 128): the product takes x
+// rounded to E4M3 in groups of kFp8ActivationGroup columns of a row, as transformers'
+// FineGrainedFP8 forward (its act_quant), vLLM and SGLang multiply these checkpoints: for each
+// row t and group g of x (x as the product receives it, in the activation dtype),
+//   s = max |x[t, g]| / 448, q = float_to_fp8_e4m3(x * (448 / max |x[t, g]|))
+// (s = 1 and q = 0 for an all-zero group), and the product is sum_g s * (q . w) over the groups.
+// Off, it is the product with x as given.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +35,9 @@
 namespace kuiper::op {
 
 enum class WeightFormat { kPlain, kFp8, kInt8, kInt4 };
+
+// Columns of x that share one scale when the product rounds x to FP8 (fp8_activations).
+constexpr int64_t kFp8ActivationGroup = 128;
 
 const char* weight_format_name(WeightFormat f);  // "plain", "fp8", "int8", "int4"
 Result<WeightFormat> parse_weight_format(const std::string& name);
@@ -41,6 +52,7 @@ struct Weight {
   Tensor scales;  // quantized formats
   Tensor zeros;   // kInt8, kInt4
   int64_t block_rows = 1, block_cols = 1;  // the scale block (quantized formats)
+  bool fp8_activations = false;            // W8A8: x rounded to FP8 first (above)
 
   bool defined() const { return values.defined(); }
   bool quantized() const { return format != WeightFormat::kPlain; }
@@ -54,12 +66,14 @@ struct Weight {
   Weight rows(int64_t begin, int64_t count) const;
   // A copy on `device`.
   Result<Weight> to(DeviceType device) const;
-  // "int4[4096,4096] group 128@cuda", "fp8[4096,4096] block 128x128@cpu", "fp16[..]@cuda".
+  // "int4[4096,4096] group 128@cuda", "fp8[4096,4096] block 128x128@cpu", "fp16[..]@cuda";
+  // "fp8[..] block 128x128 fp8 activations@cuda" with fp8_activations.
   std::string describe() const;
 };
 
 // Checks that values, scales and zeros have the dtypes and shapes the format's layout gives
-// them for an [N, K] matrix, all on one device. Errors say what does not fit.
+// them for an [N, K] matrix, all on one device, and that fp8_activations is set only where it
+// applies. Errors say what does not fit.
 Status check_weight(const Weight& w);
 
 }  // namespace kuiper::op

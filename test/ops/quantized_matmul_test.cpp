@@ -161,6 +161,67 @@ TEST(Quantize, CudaMatchesCpuBitForBit) {
   }
 }
 
+// FP8 activations (weight.h): the product is with x rounded to FP8 a group of 128 columns of a
+// row at a time, each group's scale its largest |x| / 448, an all-zero group staying zero; the
+// rounding moves the product off the one with x as given.
+TEST(QuantizedMatmul, Fp8ActivationsRoundEachGroupOfXToFp8) {
+  const int64_t T = 3, K = 384, N = 40;
+  Tensor x = random_tensor({T, K}, 3, DataType::kFp32, 2.0f);
+  for (int64_t k = 128; k < 256; ++k) x.data<float>()[K + k] = 0.0f;  // row 1, group 1
+  x.data<float>()[2 * K + 5] = 300.0f;  // one large value: its group's other codes get small
+  auto q = quantized(random_tensor({N, K}, 4, DataType::kFp32, 0.05f),
+                     {WeightFormat::kFp8, 128, 128});
+  ASSERT_OK(q.status());
+  op::Weight w8a8 = *q;
+  w8a8.fp8_activations = true;
+  Tensor got = poisoned({T, N}, DataType::kFp32), as_given = poisoned({T, N}, DataType::kFp32);
+  ASSERT_OK(op::matmul(x, w8a8, nullptr, got));
+  ASSERT_OK(op::matmul(x, *q, nullptr, as_given));
+  Tensor w = poisoned({N, K}, DataType::kFp32);
+  ASSERT_OK(op::dequantize(*q, w));
+  const std::vector<float> a = host_floats(got), b = host_floats(as_given), wv = host_floats(w);
+  const float* xv = x.data<float>();
+  double err = 0, moved = 0, scale = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t n = 0; n < N; ++n) {
+      double want = 0;
+      for (int64_t g = 0; g < K / 128; ++g) {
+        float amax = 0.0f;
+        for (int64_t k = g * 128; k < (g + 1) * 128; ++k) {
+          amax = std::max(amax, std::fabs(xv[t * K + k]));
+        }
+        const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+        const float inv = amax > 0.0f ? 448.0f / amax : 1.0f;
+        double sum = 0;
+        for (int64_t k = g * 128; k < (g + 1) * 128; ++k) {
+          sum += double(fp8_e4m3_to_float(float_to_fp8_e4m3(xv[t * K + k] * inv))) * wv[n * K + k];
+        }
+        want += double(s) * sum;
+      }
+      err = std::max(err, std::fabs(a[t * N + n] - want));
+      moved = std::max(moved, std::fabs(double(b[t * N + n]) - want));
+      scale = std::max(scale, std::fabs(want));
+    }
+  }
+  EXPECT_LE(err / scale, 1e-5);
+  EXPECT_GE(moved / scale, 1e-3);
+}
+
+TEST(QuantizedMatmul, Fp8ActivationsNeedFp8WeightsOfWholeGroups) {
+  const Tensor w = random_tensor({32, 200}, 4, DataType::kFp32, 0.05f);
+  for (const Format& f :
+       {Format{WeightFormat::kFp8, 128, 128}, Format{WeightFormat::kInt8, 1, 40}}) {
+    auto q = quantized(w, f);
+    ASSERT_OK(q.status());
+    q->fp8_activations = true;
+    Tensor out = poisoned({1, 32}, DataType::kFp32);
+    const Status s = op::matmul(random_tensor({1, 200}, 3), *q, nullptr, out);
+    ASSERT_FALSE(s.ok()) << f.name();
+    EXPECT_NE(s.message().find("FP8 activations need FP8 weights"), std::string::npos)
+        << s.message();
+  }
+}
+
 // The rows of a stacked weight (q|k|v) multiply as the rows of the whole.
 TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
   SKIP_WITHOUT_CUDA();
@@ -197,16 +258,19 @@ TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
 TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
   SKIP_WITHOUT_CUDA();
   const Format formats[] = {{WeightFormat::kFp8, 128, 128},
+                            {WeightFormat::kFp8, 128, 128},  // with FP8 activations
                             {WeightFormat::kInt8, 1, 128},
                             {WeightFormat::kInt4, 1, 128}};
   const int64_t N = 48;
   const std::pair<int64_t, int64_t> shapes[] = {{512, 8}, {512, 16}, {16384, 8}};  // K, T
   for (const Format& f : formats) {
+    const bool fp8_activations = &f == &formats[1];
     for (const auto& [K, T] : shapes) {
       const Tensor w = upload(random_tensor({N, K}, 4, DataType::kFp32, 0.05f), DataType::kFp32,
                               DeviceType::kCuda);
       auto q = quantized(w, f);
       ASSERT_OK(q.status());
+      q->fp8_activations = fp8_activations;
       for (DataType act : {DataType::kFp16, DataType::kBf16}) {
         const Tensor x = upload(random_tensor({T, K}, 3), act, DeviceType::kCuda);
         Tensor batch = poisoned({T, N}, DataType::kFp32, DeviceType::kCuda);
@@ -217,7 +281,7 @@ TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
           ASSERT_OK(op::matmul(x.rows(t, 1), *q, nullptr, alone));
           const std::vector<float> got = host_floats(alone);
           for (int64_t n = 0; n < N; ++n) {
-            ASSERT_EQ(got[n], all[t * N + n]) << f.name() << " K " << K << " T " << T << " x="
+            ASSERT_EQ(got[n], all[t * N + n]) << q->describe() << " K " << K << " T " << T << " x="
                                               << dtype_name(act)
                                               << " row " << t << " column " << n;
           }
@@ -231,7 +295,8 @@ TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
 // an H100 (fp8_block_gemm.cu: x split into two FP8 terms, 2^25 weights and more) against the CPU's
 // product with the dequantized weight: within 2^-8 of the values of x, well inside the 16-bit
 // tolerance; with a bias into a 16-bit out, and rows of a stacked weight (a row view). On other
-// GPUs the dequantizing path runs, to the same bound.
+// GPUs the dequantizing path runs, to the same bound. With FP8 activations (one FP8 term, the
+// codes the CPU rounds x to), against the CPU's product of the rounded x, to the same bound.
 TEST(QuantizedMatmul, CudaFp8GemmOfManyRowsMatchesCpu) {
   SKIP_WITHOUT_CUDA();
   const int64_t N = 8192 + 256, K = 4096, view = 256;  // rows [view, N) are 2^25 weights
@@ -241,34 +306,37 @@ TEST(QuantizedMatmul, CudaFp8GemmOfManyRowsMatchesCpu) {
   auto q_gpu = quantized(upload(w, DataType::kFp32, DeviceType::kCuda), block);
   ASSERT_OK(q_cpu.status());
   ASSERT_OK(q_gpu.status());
-  const op::Weight w_cpu = q_cpu->rows(view, N - view), w_gpu = q_gpu->rows(view, N - view);
   const Tensor bias = random_tensor({N - view}, 5, DataType::kFp32, 0.5f);
   const Tensor bias_gpu = upload(bias, DataType::kFp32, DeviceType::kCuda);
   const std::vector<float> bias_values = host_floats(bias);
-  for (DataType act : {DataType::kFp16, DataType::kBf16}) {
-    for (int64_t T : {16, 41}) {
-      const Tensor x = random_tensor({T, K}, 3, act, 2.0f);
-      Tensor ref = poisoned({T, N - view}, DataType::kFp32);
-      ASSERT_OK(op::matmul(x, w_cpu, nullptr, ref));
-      const std::vector<float> b = host_floats(ref);
-      for (bool with_bias : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(act)) + " T " + std::to_string(T) +
-                     (with_bias ? " +bias" : ""));
-        const DataType out_dtype = with_bias ? act : DataType::kFp32;
-        Tensor got = poisoned({T, N - view}, out_dtype, DeviceType::kCuda);
-        ASSERT_OK(op::matmul(upload(x, act, DeviceType::kCuda), w_gpu,
-                             with_bias ? &bias_gpu : nullptr, got));
-        const std::vector<float> a = host_floats(got);
-        ASSERT_EQ(a.size(), b.size());
-        double err = 0, scale = 0;
-        for (size_t i = 0; i < a.size(); ++i) {
-          const double want = b[i] + (with_bias ? bias_values[i % (N - view)] : 0.0f);
-          err = std::max(err, std::fabs(double(a[i]) - want));
-          scale = std::max(scale, std::fabs(want));
+  for (bool fp8_activations : {false, true}) {
+    op::Weight w_cpu = q_cpu->rows(view, N - view), w_gpu = q_gpu->rows(view, N - view);
+    w_cpu.fp8_activations = w_gpu.fp8_activations = fp8_activations;
+    for (DataType act : {DataType::kFp16, DataType::kBf16}) {
+      for (int64_t T : {16, 41}) {
+        const Tensor x = random_tensor({T, K}, 3, act, 2.0f);
+        Tensor ref = poisoned({T, N - view}, DataType::kFp32);
+        ASSERT_OK(op::matmul(x, w_cpu, nullptr, ref));
+        const std::vector<float> b = host_floats(ref);
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(w_gpu.describe() + " " + dtype_name(act) + " T " + std::to_string(T) +
+                       (with_bias ? " +bias" : ""));
+          const DataType out_dtype = with_bias ? act : DataType::kFp32;
+          Tensor got = poisoned({T, N - view}, out_dtype, DeviceType::kCuda);
+          ASSERT_OK(op::matmul(upload(x, act, DeviceType::kCuda), w_gpu,
+                               with_bias ? &bias_gpu : nullptr, got));
+          const std::vector<float> a = host_floats(got);
+          ASSERT_EQ(a.size(), b.size());
+          double err = 0, scale = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            const double want = b[i] + (with_bias ? bias_values[i % (N - view)] : 0.0f);
+            err = std::max(err, std::fabs(double(a[i]) - want));
+            scale = std::max(scale, std::fabs(want));
+          }
+          // 16-bit outputs add their own rounding (2^-9 of a value for bf16).
+          const double tol = out_dtype == DataType::kBf16 ? 6e-3 : 3e-3;
+          EXPECT_LE(err / scale, tol);
         }
-        // 16-bit outputs add their own rounding (2^-9 of a value for bf16).
-        const double tol = out_dtype == DataType::kBf16 ? 6e-3 : 3e-3;
-        EXPECT_LE(err / scale, tol);
       }
     }
   }
@@ -284,11 +352,19 @@ std::vector<OpCase> quantized_cases(bool brief) {
     int64_t K, N;
   };
   std::vector<OpCase> cases;
-  for (const Format& f : kFormats) {
-    // FP8: partial blocks both ways, and a K that is no multiple of 16 (the scalar reader).
+  // The formats, then block-wise FP8 with FP8 activations (the last entry).
+  std::vector<Format> formats(std::begin(kFormats), std::end(kFormats));
+  formats.push_back(kFormats[0]);
+  for (size_t fi = 0; fi < formats.size(); ++fi) {
+    const Format& f = formats[fi];
+    const bool fp8_activations = fi + 1 == formats.size();
+    // FP8: partial blocks both ways, and a K that is no multiple of 16 (the scalar reader); with
+    // FP8 activations, whole groups of 128 columns (a partial block of rows).
     // Integers: K a multiple of the group, and 512 columns of int4 x 32 (every chunk a group).
     std::vector<Shape> shapes;
-    if (f.format == WeightFormat::kFp8) {
+    if (fp8_activations) {
+      shapes = {{384, 200}};
+    } else if (f.format == WeightFormat::kFp8) {
       shapes = {{320, 200}, {200, 72}};
     } else {
       shapes = {{f.block_cols == 128 ? int64_t{384} : int64_t{320}, 100}, {1024, 64}};
@@ -310,7 +386,8 @@ std::vector<OpCase> quantized_cases(bool brief) {
             // fp32 logits from 16-bit x for the plain product.
             const DataType out_dtype = form == 0 ? DataType::kFp32 : act;
             const std::string name =
-                std::string(form == 0 ? "matmul" : "linear") + " " + f.name() + " T" +
+                std::string(form == 0 ? "matmul" : "linear") + " " + f.name() +
+                (fp8_activations ? " fp8 activations" : "") + " T" +
                 std::to_string(T) + " K" + std::to_string(s.K) + " N" + std::to_string(N) +
                 " x=" + dtype_name(act) + " out=" + dtype_name(out_dtype) +
                 (bias ? " +bias" : "") + (norm ? " norm" : "") + (swiglu ? " swiglu" : "") +
@@ -319,7 +396,10 @@ std::vector<OpCase> quantized_cases(bool brief) {
             OpArg y = residual ? in_out({T, N}, out_dtype) : out({T, N}, out_dtype);
             // fp32 logits from 16-bit x: past the row-wise GEMV, the weights are dequantized
             // into x's dtype for the GEMM (ops.h allows it), which costs x's precision.
-            const Tolerance tol{1e-4, 4e-3, 3.2e-2};
+            // FP8 activations: where the CPU's fp32 norm and the GPU's 16-bit one straddle an
+            // FP8 rounding boundary, x's codes differ by a step (2^-3 of a value at most).
+            const Tolerance tol = fp8_activations ? Tolerance{4e-3, 1.6e-2, 3.2e-2}
+                                                  : Tolerance{1e-4, 4e-3, 3.2e-2};
             if (form == 0 && act != DataType::kFp32) y.tolerance = tol.of(act);
             cases.push_back(
                 {name,
@@ -329,6 +409,7 @@ std::vector<OpCase> quantized_cases(bool brief) {
                   y},
                  [=](std::vector<Tensor>& a) -> Status {
                    KUIPER_ASSIGN_OR_RETURN(op::Weight q, quantized(a[1], fmt));
+                   q.fp8_activations = fp8_activations;
                    op::LinearOptions o;
                    o.norm = norm ? &a[3] : nullptr;
                    o.bias = bias ? &a[2] : nullptr;

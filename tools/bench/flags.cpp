@@ -15,6 +15,10 @@ DEFINE_int32(group, 128, "--quantize int8/int4: columns per scale group");
 DEFINE_string(quantize_lm_head, "",
               "quantize the random (--config) model's untied lm_head too: fp8, int8 or int4 "
               "(kuiper-convert --quantize_lm_head); empty: it stays in the activation dtype");
+DEFINE_bool(fp8_activations, false,
+            "FP8 weights multiply activations rounded to FP8 (W8A8: a scale per row and 128 "
+            "columns, as transformers, vLLM and SGLang run FP8 checkpoints); off: the product "
+            "with the dequantized weights");
 DEFINE_string(config, "", "Hugging Face config.json: benchmark that shape with random weights");
 DEFINE_string(model, "", "Kuiper model file (.bin) to benchmark instead of --config");
 DEFINE_string(dtype, "auto",
@@ -194,6 +198,7 @@ Result<op::Weight> quantize_weight(const Tensor& plain) {
   KUIPER_ASSIGN_OR_RETURN(op::Weight w, op::empty_weight(f, plain.dim(0), plain.dim(1), b.rows,
                                                          b.cols, plain.device()));
   KUIPER_RETURN_IF_ERROR(op::quantize(plain, w));
+  w.fp8_activations = FLAGS_fp8_activations && f == op::WeightFormat::kFp8;
   return w;
 }
 

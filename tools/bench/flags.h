@@ -58,6 +58,7 @@ DECLARE_bool(warmup);
 DECLARE_uint64(seed);
 DECLARE_string(quantize);
 DECLARE_string(quantize_lm_head);
+DECLARE_bool(fp8_activations);
 DECLARE_int32(group);
 
 namespace kuiper::bench {

@@ -65,6 +65,7 @@ Status bench_model(const std::string& kind, const ModelSetup& setup,
   options.max_context = max_context;
   options.cuda_graph = FLAGS_cuda_graph;
   options.quantize = setup.quantize;
+  options.fp8_activations = FLAGS_fp8_activations;
   kuiper::cuda::reset_peak_memory();
   std::unique_ptr<kuiper::Model> model;
   if (!FLAGS_model.empty()) {

@@ -315,6 +315,7 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
   options.max_sequences = sequences;
   options.cuda_graph = FLAGS_cuda_graph && setup.device == DeviceType::kCuda;
   options.quantize = setup.quantize;
+  options.fp8_activations = FLAGS_fp8_activations;
   std::unique_ptr<kuiper::Model> model;
   if (!FLAGS_model.empty()) {
     KUIPER_ASSIGN_OR_RETURN(model, kuiper::Model::load(FLAGS_model, options));

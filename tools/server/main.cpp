@@ -45,6 +45,10 @@ DEFINE_string(device, "", "cpu or cuda (default: cuda when a GPU is usable, else
 DEFINE_string(dtype, "auto",
               "activation dtype: auto (the checkpoint's on cuda, fp32 on cpu), bf16, fp16 or fp32");
 DEFINE_bool(cuda_graph, true, "decode through a captured CUDA graph (cuda only)");
+DEFINE_bool(fp8_activations, false,
+            "FP8 weights multiply activations rounded to FP8 (W8A8: a scale per row and 128 "
+            "columns, as transformers, vLLM and SGLang run FP8 checkpoints); off: the product "
+            "with the dequantized weights");
 
 namespace kuiper::server {
 namespace {
@@ -76,6 +80,7 @@ Status serve(sigset_t signals) {
   KUIPER_RETURN_IF_ERROR(set_model_flags(
       FLAGS_dtype, FLAGS_cuda_graph, !gflags::GetCommandLineFlagInfoOrDie("cuda_graph").is_default,
       &model_options));
+  model_options.fp8_activations = FLAGS_fp8_activations;
   const int64_t max_batch =
       FLAGS_max_batch > 0 ? FLAGS_max_batch : (*device == DeviceType::kCuda ? 64 : 8);
 

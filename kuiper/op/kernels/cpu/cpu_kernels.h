@@ -19,6 +19,9 @@ void dequantize(const op::Weight& w, Tensor& out);
 void quantize(const Tensor& w, op::Weight& out);
 // Rows [n0, n0 + rows) of w as fp32 into out[rows * K] (weight.h's math); matmul's widening.
 void dequantize_rows(const op::Weight& w, int64_t n0, int64_t rows, float* out);
+// x [T, K] rounded to FP8 in groups of op::kFp8ActivationGroup columns (weight.h, FP8
+// activations) into out: each value float(q) * s, in fp32.
+void round_to_fp8_groups(const float* x, int64_t T, int64_t K, float* out);
 void rope(Tensor& x, const Tensor& positions, const op::RopeParams& rope);
 void mrope(Tensor& x, const Tensor& positions, const op::RopeParams& rope,
            const std::vector<int64_t>& sections);

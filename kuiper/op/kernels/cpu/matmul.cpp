@@ -34,6 +34,14 @@ void matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Tenso
     b.resize(static_cast<size_t>(N));
     (void)convert_elements(bias->raw(), bias->dtype(), b.data(), DataType::kFp32, b.size());
   }
+  // FP8 activations (weight.h): the product takes x rounded to FP8 a group at a time.
+  const float* xs = x.data<float>();
+  std::vector<float> rounded;
+  if (weight.fp8_activations) {
+    rounded.resize(static_cast<size_t>(T * K));
+    round_to_fp8_groups(xs, T, K, rounded.data());
+    xs = rounded.data();
+  }
   const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel
   {
@@ -48,7 +56,7 @@ void matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Tenso
         dequantize_rows(weight, n0, rows, wblock.data());
       }
       for (int64_t t = 0; t < T; ++t) {
-        const float* xr = x.data<float>() + t * K;
+        const float* xr = xs + t * K;
         float* o = out.data<float>() + t * N + n0;
         for (int64_t r = 0; r < rows; ++r) {
           o[r] = dot(xr, wp + r * K, K) + (b.empty() ? 0.0f : b[n0 + r]);

@@ -20,6 +20,22 @@ int qmax_of(op::WeightFormat f) { return f == op::WeightFormat::kInt8 ? 255 : 15
 
 }  // namespace
 
+void round_to_fp8_groups(const float* x, int64_t T, int64_t K, float* out) {
+  constexpr int64_t G = op::kFp8ActivationGroup;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k0 = 0; k0 < K; k0 += G) {
+      const float* v = x + t * K + k0;
+      float* o = out + t * K + k0;
+      const int64_t n = std::min(G, K - k0);
+      float amax = 0.0f;
+      for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(v[k]));
+      const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+      const float inv = amax > 0.0f ? 448.0f / amax : 1.0f;
+      for (int64_t k = 0; k < n; ++k) o[k] = fp8_e4m3_to_float(float_to_fp8_e4m3(v[k] * inv)) * s;
+    }
+  }
+}
+
 void dequantize_rows(const op::Weight& w, int64_t n0, int64_t rows, float* out) {
   const int64_t K = w.cols();
   if (!w.quantized()) {

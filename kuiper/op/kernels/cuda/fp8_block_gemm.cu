@@ -7,7 +7,7 @@
 // FP8 code per value (x ~ s1 q1, s1 = the group's largest |x| / 448) keeps 4 significant bits:
 // each value off by up to 2^-4 of itself, logits off by a few percent, far outside the op's
 // contract (the product with the dequantized weights within 16-bit rounding). So x is split in
-// kTerms terms: q2 is the FP8 code of the remainder x - s1 q1 with its own scale s2, and
+// two terms: q2 is the FP8 code of the remainder x - s1 q1 with its own scale s2, and
 // x ~ s1 q1 + s2 q2 within 2^-8 of each value (2^-4 of a remainder that is itself within 2^-4;
 // FP8's subnormals add up to 2^-22 of the group's largest), about the rounding of bf16. Each
 // term is one GEMM over the same weight: the remainder's first, then the main term's adding onto
@@ -19,10 +19,10 @@
 // gate|up took 246 us against 342 (bf16 weights: 188); measured in docs/PERFORMANCE.md
 // ("Quantized weights"). Small weights keep the dequantizing path (kMinWeights).
 //
-// Not done: one FP8 term (x rounded to FP8, as vLLM and SGLang run block-wise FP8 checkpoints)
-// takes one GEMM, 129 us for that gate|up and a 512-token prefill of 11.0 ms against 12.2 for
-// bf16 weights, but leaves the product a few percent off the dequantized weights' (see
-// docs/PERFORMANCE.md).
+// With FP8 activations (W8A8, weight.h: x rounded to FP8 is the product's definition, as
+// transformers, vLLM and SGLang run block-wise FP8 checkpoints) x is one FP8 term, the group codes
+// and scales that definition gives, and the product is one GEMM: 129 us for that gate|up, for
+// every weight size (the threshold below is the two terms' cost).
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 
@@ -34,15 +34,15 @@
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/cuda/fp8_activations.cuh"
 #include "kuiper/op/kernels/cuda/primitives.cuh"
 
 namespace kuiper::cuda {
 
 namespace {
 
-constexpr int kGroup = 128;  // columns of x sharing a scale: the weight block's columns
-constexpr int kTerms = 2;
-constexpr float kE4m3Max = 448.0f;
+constexpr int kGroup = kFp8Group;  // columns of x sharing a scale: the weight block's columns
+constexpr int kMostTerms = 2;
 // Smaller weights dequantize faster than two FP8 GEMMs run: the dequantizing path costs about a
 // microsecond per million weights (3 bytes each through DRAM), the FP8 GEMMs a fixed amount more
 // than they need on a grid of 128 x 128 tiles that does not fill the GPU. Measured on the H100
@@ -52,11 +52,12 @@ constexpr float kE4m3Max = 448.0f;
 constexpr int64_t kMinWeights = int64_t{1} << 25;
 
 // ---------------------------------------------------------------------------------------------
-// 16-bit x into kTerms FP8 terms. One warp per (row t, group g); lane l holds the group's columns
+// 16-bit x into kTerms FP8 terms (fp8_activations.cuh's codes and scales; with one term, the
+// FP8 activations). One warp per (row t, group g); lane l holds the group's columns
 // [4 l, 4 l + 4). Term j of row t is row j T + t of `codes` [kTerms T, K]; its scale for group g
 // is scales[(j G + g) T + t] (G = K / 128): cuBLASLt's VEC128 layout for a [T, K] operand, each
 // term's T x G scales apart.
-template <typename TX>
+template <typename TX, int kTerms>
 __global__ void split_fp8_kernel(const TX* __restrict__ x, int64_t T, int64_t K,
                                  uint8_t* __restrict__ codes, float* __restrict__ scales) {
   const int64_t groups = K / kGroup;
@@ -76,13 +77,12 @@ __global__ void split_fp8_kernel(const TX* __restrict__ x, int64_t T, int64_t K,
 #pragma unroll
     for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(v[e]));
     amax = warp_max(amax);
-    const float s = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+    const float s = fp8_group_scale(amax), inv = fp8_group_inverse(amax);
     uint32_t packed = 0;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v[e] / s, __NV_SATFINITE, __NV_E4M3);
-      const float d = __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3)));
-      v[e] = fmaf(-d, s, v[e]);  // the remainder, for the next term
+      const __nv_fp8_storage_t q = fp8_code(v[e], inv);
+      v[e] = fmaf(-fp8_value(q), s, v[e]);  // the remainder, for the next term
       packed |= static_cast<uint32_t>(q) << (8 * e);
     }
     *reinterpret_cast<uint32_t*>(codes + (j * T + t) * K + col) = packed;
@@ -235,7 +235,8 @@ Result<bool> fp8_block_gemm(const Tensor& x, const op::Weight& w, const Tensor* 
       reinterpret_cast<uintptr_t>(out.raw()) % 16 != 0 || T > (int64_t{1} << 30)) {
     return false;
   }
-  if (N * K < kMinWeights) return false;
+  if (N * K < kMinWeights && !w.fp8_activations) return false;
+  const int64_t terms = w.fp8_activations ? 1 : kMostTerms;
   KUIPER_ASSIGN_OR_RETURN(const bool sm90, hopper());
   if (!sm90) return false;
   KUIPER_ASSIGN_OR_RETURN(const LtContext lt, lt_context());
@@ -247,17 +248,23 @@ Result<bool> fp8_block_gemm(const Tensor& x, const op::Weight& w, const Tensor* 
 
   const int64_t groups = K / kGroup;
   KUIPER_ASSIGN_OR_RETURN(Tensor codes,
-                          Tensor::empty({kTerms * T, K}, DataType::kUint8, DeviceType::kCuda));
+                          Tensor::empty({terms * T, K}, DataType::kUint8, DeviceType::kCuda));
   KUIPER_ASSIGN_OR_RETURN(Tensor scales,
-                          Tensor::empty({kTerms * groups, T}, DataType::kFp32, DeviceType::kCuda));
+                          Tensor::empty({terms * groups, T}, DataType::kFp32, DeviceType::kCuda));
   KUIPER_RETURN_IF_ERROR(visit_activation(x.dtype(), [&](auto tag) -> Status {
     using TX = typename decltype(tag)::type;
     if constexpr (std::is_same_v<TX, float>) {
       return Status::Error("fp8 split: fp32 x");  // refused above
     } else {
       constexpr int kThreads = 256;
-      split_fp8_kernel<TX><<<blocks_for(T * groups, kThreads / 32), kThreads, 0, stream()>>>(
-          x.data<TX>(), T, K, codes.data<uint8_t>(), scales.data<float>());
+      const unsigned blocks = blocks_for(T * groups, kThreads / 32);
+      if (terms == 1) {
+        split_fp8_kernel<TX, 1><<<blocks, kThreads, 0, stream()>>>(
+            x.data<TX>(), T, K, codes.data<uint8_t>(), scales.data<float>());
+      } else {
+        split_fp8_kernel<TX, kMostTerms><<<blocks, kThreads, 0, stream()>>>(
+            x.data<TX>(), T, K, codes.data<uint8_t>(), scales.data<float>());
+      }
       KUIPER_CUDA_CHECK_LAUNCH("fp8 split kernel");
       return Status::Ok();
     }
@@ -266,8 +273,8 @@ Result<bool> fp8_block_gemm(const Tensor& x, const op::Weight& w, const Tensor* 
 
   const float alpha = 1.0f;
   const void* w_scales = w.scales.raw();
-  for (int j = kTerms - 1; j >= 0; --j) {  // the remainder first, the main term onto it
-    const float beta = (j < kTerms - 1 || bias != nullptr) ? 1.0f : 0.0f;
+  for (int64_t j = terms - 1; j >= 0; --j) {  // the remainder first, the main term onto it
+    const float beta = (j < terms - 1 || bias != nullptr) ? 1.0f : 0.0f;
     const void* x_scales = scales.data<float>() + j * groups * T;
     KUIPER_RETURN_IF_ERROR(
         set_attribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales, "A scale pointer"));

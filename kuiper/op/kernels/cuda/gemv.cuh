@@ -62,6 +62,7 @@ struct GemvArgs {
   bool x_vectorized;
   bool residual;
   bool swiglu;
+  bool fp8_activations;  // x rounded to FP8 first (weight.h): the tensor-core GEMV only
 };
 
 // Fills xs with x in fp32 (laid out per XsLayout<kVec> when `swizzled`, the main loop's chunks;
@@ -289,6 +290,7 @@ inline GemvArgs gemv_args(const Tensor& x, const op::Weight& w, const op::Linear
   a.up_offset = o.swiglu ? a.N : 0;
   a.residual = o.residual;
   a.swiglu = o.swiglu;
+  a.fp8_activations = w.fp8_activations;
   return a;
 }
 
@@ -299,6 +301,9 @@ template <typename VisitReader>
 Status gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions& o, Tensor& out,
             VisitReader&& visit_reader) {
   GemvArgs a = gemv_args(x, w, o, out);
+  if (a.fp8_activations) {  // the callers round x themselves (quantized_matmul.cu)
+    return Status::Error("GEMV: " + w.describe() + " takes FP8 activations, which it has not");
+  }
   return visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
     using TX = typename decltype(x_tag)::type;
     using TO = typename decltype(out_tag)::type;

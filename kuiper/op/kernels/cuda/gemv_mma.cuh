@@ -28,6 +28,10 @@
 // T > 1: columns g < T of B hold x's rows; the result for a row of x does not depend on how many
 // others share the launch (every sum is formed in the same order).
 //
+// FP8 activations (W8A8, weight.h): x is staged as its E4M3 codes, whose values 16-bit pairs hold
+// exactly, and a super-step's products are multiplied by their x group's scale beside the
+// weight's (a group of 128 columns is two FP8 super-steps).
+//
 // Measured on the H100 (kuiper-bench --matmul-only --config models/qwen3-8b.json --dtype bf16
 // --quantize F, one row, % of copy bandwidth; the one-row GEMV's figures from docs/PERFORMANCE.md
 // in brackets): int4 gate+up 73% (about 40%), down 55% (about 40%), q 42% (39%); FP8 gate+up 89%
@@ -46,6 +50,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kuiper/op/kernels/cuda/fp8_activations.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
 #include "kuiper/op/kernels/cuda/tensor_core.cuh"
 
@@ -87,11 +92,12 @@ struct MmaXs {
   }
 };
 
-// Dynamic shared memory: the staged rows of x, then (biased pairs) the sum of each super-step's
-// staged x [T][steps].
-inline int64_t gemv_mma_smem(int64_t T, int64_t K, int kVec, bool biased) {
+// Dynamic shared memory: the staged rows of x, then `extra` floats a super-step of each row:
+// (biased pairs) the sum of each super-step's staged x [T][steps], or (FP8 activations) the scale
+// of each group of x [T][K / 128], fewer.
+inline int64_t gemv_mma_smem(int64_t T, int64_t K, int kVec, bool extra) {
   const int64_t x_bytes = T * (K / 2 + kMmaGemvPadPairs) * 4;
-  return x_bytes + (biased ? T * (K / (4 * kVec)) * 4 : 0);
+  return x_bytes + (extra ? T * (K / (4 * kVec)) * 4 : 0);
 }
 
 // x[k0, k0 + 8) as floats: one or two 16-byte loads where x is vectorized.
@@ -114,7 +120,9 @@ __device__ __forceinline__ void load8(const TX* src, bool vectorized, float (&f)
 
 // Stages rows [0, T) of x into xs (MmaXs) as T16 pairs: with a norm, as the unfused rmsnorm
 // stores it (weight * (x / rms), rounded to T16), else x rounded to T16 (x is T16 already, the
-// launcher's precondition); for biased pairs, also each super-step's sum of the staged values.
+// launcher's precondition); for biased pairs, also each super-step's sum of the staged values
+// (xsum[n][step]); with FP8 activations, the codes of the rounded x and each group's scale
+// (xsum[n][group]; the 16 lanes holding a group's 128 columns find its largest by shuffles).
 // A thread takes 8 columns at a time, one 16-byte unit of xs: every reader's pairs 4j .. 4j + 3
 // of a chunk are its columns 8j + pair_col(e, h) for e < 4, whatever j. A super-step's sum is
 // added up by the 16 lanes holding its 128 columns, by shuffles in a fixed order (the same sum
@@ -159,13 +167,36 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) f[e] = load_as_float(a.norm, a.norm_dtype, 8 * u + e) * (f[e] * inv);
     }
+    if (std::is_same_v<Reader, Fp8Reader> && a.fp8_activations) {
+      // Whole half-warps hold a group: units is a multiple of 16.
+      float amax = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        f[e] = to_float(from_float<T16>(f[e]));  // x as the unfused ops would store it
+        amax = fmaxf(amax, fabsf(f[e]));
+      }
+#pragma unroll
+      for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float inv = fp8_group_inverse(amax);
+      if (active && (lane & 15) == 0) xsum[n * (K / kFp8Group) + u / 16] = fp8_group_scale(amax);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // the reader's pairs are columns (2e, 2e + 1)
+        const __half2_raw h =
+            __nv_cvt_fp8x2_to_halfraw2(fp8x2_code(f[2 * e], f[2 * e + 1], inv), __NV_E4M3);
+        const float2 v = __half22float2(__half2(h));
+        f[2 * e] = v.x;
+        f[2 * e + 1] = v.y;
+      }
+    }
     uint32_t unit[4];
     float sum = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       unit[e] = pack_pair<T16>(f[Reader::pair_col(e, 0)], f[Reader::pair_col(e, 1)]);
-      const T16* h = reinterpret_cast<const T16*>(&unit[e]);
-      sum += to_float(h[0]) + to_float(h[1]);
+      if constexpr (Reader::kBiasedPairs) {
+        const T16* h = reinterpret_cast<const T16*>(&unit[e]);
+        sum += to_float(h[0]) + to_float(h[1]);
+      }
     }
     const int q = u / (kVec / 8), j = u % (kVec / 8);
     if (active) {
@@ -346,6 +377,17 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
         part[2] -= b1 * sum_lo;
         part[3] -= b1 * sum_hi;
       }
+      if constexpr (std::is_same_v<Reader, Fp8Reader>) {
+        if (a.fp8_activations) {  // the x groups' scales (a group: 128 / (4 kVec) super-steps)
+          const int group = s / (kFp8Group / (4 * kVec));
+          const float x_lo = xsum[n_lo * (K / kFp8Group) + group];
+          const float x_hi = xsum[n_hi * (K / kFp8Group) + group];
+          part[0] *= x_lo;
+          part[1] *= x_hi;
+          part[2] *= x_lo;
+          part[3] *= x_hi;
+        }
+      }
       constexpr float kPairScale = Reader::template pair_scale<T16>();
       const float s_lo = Reader::scale(meta[0][j]) * kPairScale;
       const float s_hi = Reader::scale(meta[1][j]) * kPairScale;
@@ -394,7 +436,9 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
     if (a.T < 1 || a.T > kMmaGemvMaxRows || a.K % kStep != 0) return false;
     if (a.w.block_cols % kStep != 0) return false;
     if (!Reader::vectorizable(a.w)) return false;
-    return gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs) <= smem_limit &&
+    if (a.fp8_activations && !std::is_same_v<Reader, Fp8Reader>) return false;
+    return gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs || a.fp8_activations) <=
+               smem_limit &&
            a.N < (int64_t{1} << 30);
   }
 }
@@ -423,10 +467,10 @@ Result<int64_t> gemv_mma_fit(int64_t smem) {
 // loads in flight are worth more than one launch for all rows), else as many as do, at least
 // one.
 template <typename Reader, typename T16, typename TX, typename TO>
-Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K) {
+Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K, bool extra) {
   KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
   for (int64_t rows = T; rows > 1; --rows) {
-    const int64_t smem = gemv_mma_smem(rows, K, Reader::kVec, Reader::kBiasedPairs);
+    const int64_t smem = gemv_mma_smem(rows, K, Reader::kVec, extra);
     KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, T16, TX, TO>(smem)));
     if (fit >= 2 * static_cast<int64_t>(sms)) return rows;
   }
@@ -446,7 +490,8 @@ Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
     b.T = std::min(per_launch, T - t0);
     b.x = static_cast<const TX*>(a.x) + t0 * a.K;
     b.out = static_cast<TO*>(a.out) + t0 * a.N;
-    const int64_t smem = gemv_mma_smem(b.T, a.K, Reader::kVec, Reader::kBiasedPairs);
+    const int64_t smem =
+        gemv_mma_smem(b.T, a.K, Reader::kVec, Reader::kBiasedPairs || a.fp8_activations);
     KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, T16, TX, TO>(smem)));
     const int64_t per_block = (tiles + fit - 1) / fit;
     const int64_t blocks = (tiles + per_block - 1) / per_block;
@@ -488,7 +533,8 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
                 static_cast<size_t>(smem_limit))));
             KUIPER_ASSIGN_OR_RETURN(
                 const int64_t per_launch,
-                (gemv_mma_rows_per_launch<Reader, T16, TX, TO>(launch.T, a.K)));
+                (gemv_mma_rows_per_launch<Reader, T16, TX, TO>(
+                    launch.T, a.K, Reader::kBiasedPairs || a.fp8_activations)));
             // Past kMmaGemvMaxRows rows, only where each launch takes that many (a long row of x,
             // down_proj's, leaves room for fewer, and more passes over the weights cost more).
             if (a.T > kMmaGemvMaxRows && per_launch < kMmaGemvMaxRows) return Status::Ok();

@@ -9,6 +9,8 @@
 //  - many rows: a large block-wise FP8 weight on the FP8 tensor cores (fp8_block_gemm.cu, sm_90);
 //    otherwise the weight is dequantized into a scratch matrix of x's dtype and multiplied by
 //    cuBLAS (matmul.cu's path for plain weights);
+//  - FP8 activations (weight.h): the tensor-core GEMV and the FP8 GEMM round x themselves; any
+//    other path gets x rounded into a scratch of its dtype first (round_to_fp8_groups_kernel);
 //  - op::dequantize (that dequantizing kernel) and op::quantize, bit for bit the CPU reference's
 //    arithmetic (kernels/cpu/quantize.cpp): the same fp32 divisions, rint with ties to even, the
 //    fp16 rounding of the integer scales and the E4M3 rounding of base/dtype.cpp.
@@ -16,6 +18,7 @@
 
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
+#include "kuiper/op/kernels/cuda/fp8_activations.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
 #include "kuiper/op/kernels/cuda/gemv_mma.cuh"
 #include "kuiper/op/kernels/cuda/weight_readers.cuh"
@@ -208,6 +211,49 @@ Status quantize_into(const Tensor& w, op::Weight& out) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// FP8 activations where the product cannot round x itself: out[T, K] = x rounded to FP8 a group
+// at a time (weight.h), each value float(q) * s in x's dtype. One warp per (row, group).
+
+template <typename TX>
+__global__ void round_to_fp8_groups_kernel(const TX* __restrict__ x, int64_t T, int64_t K,
+                                           TX* __restrict__ out) {
+  constexpr int kPerLane = kFp8Group / 32;
+  const int64_t groups = K / kFp8Group;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (item >= T * groups) return;  // whole warps: blockDim.x is a multiple of 32
+  const int lane = threadIdx.x % 32;
+  const int64_t at = (item / groups) * K + (item % groups) * kFp8Group + lane;
+  float v[kPerLane];
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    v[e] = to_float(x[at + 32 * e]);
+    amax = fmaxf(amax, fabsf(v[e]));
+  }
+  amax = warp_max(amax);
+  const float s = fp8_group_scale(amax), inv = fp8_group_inverse(amax);
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    out[at + 32 * e] = from_float<TX>(fp8_value(fp8_code(v[e], inv)) * s);
+  }
+}
+
+Result<Tensor> round_to_fp8_groups(const Tensor& x) {
+  KUIPER_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(x.shape(), x.dtype(), DeviceType::kCuda));
+  const int64_t T = x.dim(0), K = x.dim(1);
+  KUIPER_RETURN_IF_ERROR(visit_activation(x.dtype(), [&](auto tag) {
+    using TX = typename decltype(tag)::type;
+    constexpr int kThreads = 256;
+    round_to_fp8_groups_kernel<TX>
+        <<<blocks_for(T * (K / kFp8Group), kThreads / 32), kThreads, 0, stream()>>>(
+            x.data<TX>(), T, K, out.data<TX>());
+    KUIPER_CUDA_CHECK_LAUNCH("FP8 activation rounding kernel");
+    return Status::Ok();
+  }));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Products
 
 // Up to this many rows of x, one GEMV per row (the packed weights read once a row, in every fused
@@ -245,6 +291,14 @@ Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias
   o.bias = bias;
   KUIPER_ASSIGN_OR_RETURN(const bool mma, quantized_gemv_mma(x, w, o, out));
   if (mma) return Status::Ok();
+  if (w.fp8_activations) {  // one FP8 GEMM where there is one, else x rounded first
+    KUIPER_ASSIGN_OR_RETURN(const bool fp8, fp8_block_gemm(x, w, bias, out));
+    if (fp8) return Status::Ok();
+    KUIPER_ASSIGN_OR_RETURN(const Tensor rounded, round_to_fp8_groups(x));
+    op::Weight as_given = w;
+    as_given.fp8_activations = false;
+    return quantized_matmul(rounded, as_given, bias, out);
+  }
   if (T <= kRowwiseGemvMax) return quantized_gemv(x, w, o, out);
   // Many rows of a large block-wise FP8 weight: the FP8 tensor cores (fp8_block_gemm.cu), where
   // the GPU has cuBLASLt's block-scaled GEMM.
@@ -266,8 +320,9 @@ Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
   if (x.dim(0) == 0 || out.dim(1) == 0) return true;
   KUIPER_ASSIGN_OR_RETURN(const bool mma, quantized_gemv_mma(x, w, options, out));
   if (mma) return true;
-  // Many rows: the composition, whose matmuls dequantize each row range once.
-  if (x.dim(0) > kRowwiseGemvMax) return false;
+  // Many rows, or x to be rounded to FP8 after the norm: the composition, whose matmuls
+  // dequantize each row range once.
+  if (x.dim(0) > kRowwiseGemvMax || w.fp8_activations) return false;
   KUIPER_RETURN_IF_ERROR(quantized_gemv(x, w, options, out));
   return true;
 }
