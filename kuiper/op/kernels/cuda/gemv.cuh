@@ -26,6 +26,7 @@
 // into an fp32 residual out, whose sum then sees the product in fp32.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
@@ -120,32 +121,43 @@ __device__ __forceinline__ float gemv_inv_rms(const GemvArgs& a, const float* su
   return 1.0f / sqrtf(total / static_cast<float>(a.K) + a.eps);
 }
 
+// A persistent grid over `tiles` tiles (a block's worth of rows: two a warp, or gate and up rows
+// for SwiGLU): block b takes tiles b, b + gridDim.x, ... with x staged once, and a warp issues
+// the first loads of its next tile's rows before it reduces and stores the tile it has finished,
+// so the weights stream on between tiles.
 template <typename Reader, typename TX, typename TO, int kGemvUnroll>
 __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
-    gemv_kernel(const GemvArgs a) {
+    gemv_kernel(const GemvArgs a, int64_t tiles) {
   extern __shared__ __align__(16) float xs[];
   constexpr int kVec = Reader::kVec;
   using Meta = typename Reader::Meta;
   const Reader reader(a.w);
-  const int lane = threadIdx.x % 32;
-  const int64_t group = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  // The warp's two rows of w and whether each exists.
-  int64_t row[2];
-  bool valid[2];
-  if (a.swiglu) {
-    row[0] = group;
-    row[1] = group + a.up_offset;
-    valid[0] = valid[1] = group < a.N;
-  } else {
-    row[0] = 2 * group;
-    row[1] = 2 * group + 1;
-    valid[0] = row[0] < a.N;
-    valid[1] = row[1] < a.N;
-  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // The warp's two rows of w in tile b and whether each exists.
+  struct Rows {
+    int64_t group, row[2];
+    bool valid[2];
+  };
+  auto rows_of = [&](int64_t b) {
+    Rows t;
+    t.group = b * kGemvWarps + warp;
+    if (a.swiglu) {
+      t.row[0] = t.group;
+      t.row[1] = t.group + a.up_offset;
+      t.valid[0] = t.valid[1] = t.group < a.N;
+    } else {
+      t.row[0] = 2 * t.group;
+      t.row[1] = 2 * t.group + 1;
+      t.valid[0] = t.row[0] < a.N;
+      t.valid[1] = t.row[1] < a.N;
+    }
+    return t;
+  };
   const int64_t K = a.K;
   const int64_t chunks = a.w_vectorized ? K / kVec : 0;
-  const typename Reader::Row rows[2] = {reader.row(valid[0] ? row[0] : 0),
-                                        reader.row(valid[1] ? row[1] : 0)};
+  Rows t = rows_of(blockIdx.x);
+  typename Reader::Row rows[2] = {reader.row(t.valid[0] ? t.row[0] : 0),
+                                  reader.row(t.valid[1] ? t.row[1] : 0)};
   uint4 raw[2][kGemvUnroll] = {};
   Meta meta[2][kGemvUnroll] = {};
   auto load = [&](int64_t c0) {
@@ -154,7 +166,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t c = c0 + 32 * u;
-        if (valid[r] && c < chunks) {
+        if (t.valid[r] && c < chunks) {
           raw[r][u] = __ldcs(rows[r].chunks + c);
           meta[r][u] = reader.meta(rows[r], c);
         }
@@ -167,55 +179,71 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
   __shared__ float sumsq[kGemvWarps];
   stage_x<TX, kVec>(a, a.w_vectorized, xs, sumsq);
 
-  float acc[2] = {0.0f, 0.0f};
-  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
-    if (c0 != lane) load(c0);
-#pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) {
-      const int64_t c = c0 + 32 * u;
-      if (c >= chunks) continue;
-      // A missing second row multiplies zeros (raw's initial value) into a sum never stored.
-      float part[2];
-      chunk_dot2<Reader>(raw[0][u], meta[0][u], raw[1][u], meta[1][u], xs, c, part);
-      acc[0] += part[0];
-      acc[1] += part[1];
+  // Lane 0's stores of a finished tile. Every intermediate is rounded to TO where the unfused
+  // ops would store it (not at all for an fp32 out: a product past fp16's range reaches an fp32
+  // residual intact).
+  auto store = [&](const Rows& done, float (&acc)[2]) {
+    if (a.norm != nullptr) {
+      const float inv = gemv_inv_rms(a, sumsq);
+      acc[0] *= inv;
+      acc[1] *= inv;
     }
-  }
-  if (!a.w_vectorized) {
+    TO* out = static_cast<TO*>(a.out);
+    auto finish = [&](int r) {
+      float v = acc[r];
+      if (a.bias != nullptr) v += load_as_float(a.bias, a.bias_dtype, done.row[r]);
+      return to_float(from_float<TO>(v));
+    };
+    if (a.swiglu) {
+      if (!done.valid[0]) return;
+      const float g = finish(0), u = finish(1);
+      out[done.group] = from_float<TO>(g / (1.0f + expf(-g)) * u);
+      return;
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      if (!valid[r]) continue;
-      for (int64_t k = lane; k < K; k += 32) acc[r] += reader.at(rows[r], k) * xs[k];
+      if (!done.valid[r]) continue;
+      float v = finish(r);
+      if (a.residual) v = to_float(out[done.row[r]]) + v;
+      out[done.row[r]] = from_float<TO>(v);
     }
-  }
-  acc[0] = warp_sum(acc[0]);
-  acc[1] = warp_sum(acc[1]);
-  if (lane != 0) return;
-  if (a.norm != nullptr) {
-    const float inv = gemv_inv_rms(a, sumsq);
-    acc[0] *= inv;
-    acc[1] *= inv;
-  }
-  TO* out = static_cast<TO*>(a.out);
-  // Every intermediate is rounded to TO where the unfused ops would store it (not at all for an
-  // fp32 out: a product past fp16's range reaches an fp32 residual intact).
-  auto finish = [&](int r) {
-    float v = acc[r];
-    if (a.bias != nullptr) v += load_as_float(a.bias, a.bias_dtype, row[r]);
-    return to_float(from_float<TO>(v));
   };
-  if (a.swiglu) {
-    if (!valid[0]) return;
-    const float g = finish(0), u = finish(1);
-    out[group] = from_float<TO>(g / (1.0f + expf(-g)) * u);
-    return;
-  }
+
+  for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
+    float acc[2] = {0.0f, 0.0f};
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kGemvUnroll) {
+      if (c0 != lane) load(c0);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!valid[r]) continue;
-    float v = finish(r);
-    if (a.residual) v = to_float(out[row[r]]) + v;
-    out[row[r]] = from_float<TO>(v);
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (c >= chunks) continue;
+        // A missing row multiplies whatever raw holds into a sum never stored.
+        float part[2];
+        chunk_dot2<Reader>(raw[0][u], meta[0][u], raw[1][u], meta[1][u], xs, c, part);
+        acc[0] += part[0];
+        acc[1] += part[1];
+      }
+    }
+    if (!a.w_vectorized) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (!t.valid[r]) continue;
+        for (int64_t k = lane; k < K; k += 32) acc[r] += reader.at(rows[r], k) * xs[k];
+      }
+    }
+    const Rows done = t;
+    // The next tile's first loads, before this one's stores. (The 4-load form runs one wave, a
+    // tile a block: the loads ahead would only cost it registers it has not got.)
+    if (kGemvUnroll >= 8 && b + gridDim.x < tiles) {
+      t = rows_of(b + gridDim.x);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) rows[r] = reader.row(t.valid[r] ? t.row[r] : 0);
+      load(lane);
+    }
+    acc[0] = warp_sum(acc[0]);
+    acc[1] = warp_sum(acc[1]);
+    if (lane == 0) store(done, acc);
+    if (kGemvUnroll < 8) break;
   }
 }
 
@@ -251,24 +279,30 @@ Status launch_gemv(const GemvArgs& a) {
     KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_kernel<Reader, TX, TO, 8>>(kMaxSmem)));
     KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_kernel<Reader, TX, TO, 4>>(kMaxSmem)));
   }
-  const int64_t groups = a.swiglu ? a.N : (a.N + 1) / 2;
-  const int64_t blocks = (groups + kGemvWarps - 1) / kGemvWarps;
+  const int64_t groups = a.swiglu ? a.N : (a.N + 1) / 2;  // a warp's rows
+  const int64_t tiles = (groups + kGemvWarps - 1) / kGemvWarps;
   KUIPER_ASSIGN_OR_RETURN(const int64_t fit8, (gemv_fit<Reader, TX, TO, 8>(smem)));
   int64_t fit4 = 0;
-  if (blocks > fit8) {
+  if (tiles > fit8) {
     KUIPER_ASSIGN_OR_RETURN(fit4, (gemv_fit<Reader, TX, TO, 4>(smem)));
   }
-  const bool one_wave_of_4 = blocks > fit8 && blocks <= fit4;
+  const bool one_wave_of_4 = tiles > fit8 && tiles <= fit4;
+  // Past one wave, a persistent grid of as many blocks as fit, each taking the same number of
+  // tiles (give or take one for the last).
+  const int64_t fit = std::max<int64_t>(one_wave_of_4 ? fit4 : fit8, 1);
+  const int64_t per_block = (tiles + fit - 1) / fit;
+  const int64_t blocks = (tiles + per_block - 1) / per_block;
   KUIPER_LOG_TUNING("GEMV N " + std::to_string(a.N) + " K " + std::to_string(a.K) + ": " +
-                    std::to_string(blocks) + " blocks, " + (one_wave_of_4 ? "4" : "8") +
-                    " loads in flight a row (" + std::to_string(fit8) + " blocks fit with 8)");
+                    std::to_string(tiles) + " tiles on " + std::to_string(blocks) + " blocks, " +
+                    (one_wave_of_4 ? "4" : "8") + " loads in flight a row (" +
+                    std::to_string(fit8) + " blocks fit with 8)");
   const dim3 grid(static_cast<unsigned>(blocks));
   if (one_wave_of_4) {
     return launch_pdl(gemv_kernel<Reader, TX, TO, 4>, grid, dim3(kGemvThreads),
-                      static_cast<size_t>(smem), "gemv kernel launch", a);
+                      static_cast<size_t>(smem), "gemv kernel launch", a, tiles);
   }
   return launch_pdl(gemv_kernel<Reader, TX, TO, 8>, grid, dim3(kGemvThreads),
-                    static_cast<size_t>(smem), "gemv kernel launch", a);
+                    static_cast<size_t>(smem), "gemv kernel launch", a, tiles);
 }
 
 // The arguments of a product of x [T, K] and w into out [T, N] with op::linear's options
