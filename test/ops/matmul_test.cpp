@@ -103,8 +103,8 @@ KUIPER_OP_BACKEND_TEST(Matmul, matmul_cases)
 // N, every weight type, with and without bias. Arguments: x, w, bias, norm weight, out.
 std::vector<OpCase> linear_cases() {
   // 6144 rows make between one and two SM-fuls of GEMV blocks on an H100 (the 4-load form), or
-  // with SwiGLU three blocks' tiles a block on the persistent grid; 20001 rows put five tiles on
-  // each block, the last one partial.
+  // with SwiGLU and an fp32 x three tiles a block on the persistent grid; 20001 rows put five
+  // tiles on each block there, the last one partial.
   const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129}, {1, 12288, 64},
                           {1, 512, 6144}, {1, 256, 20001}, {5, 256, 96}};
   std::vector<OpCase> cases;
