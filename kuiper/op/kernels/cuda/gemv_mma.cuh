@@ -37,13 +37,16 @@
 //
 // Measured on the H100 (kuiper-bench --matmul-only --config models/qwen3-8b.json --dtype bf16
 // --quantize F, one row, % of copy bandwidth; the one-row GEMV's figures from docs/PERFORMANCE.md
-// in brackets): int4 gate+up 73% (about 40%), down 55% (about 40%), q 42% (39%); FP8 gate+up 89%
+// in brackets): int4 gate+up 81% (about 40%), down 58% (about 40%), q 42% (39%); FP8 gate+up 89%
 // (78% for gate alone), down 75% (55%), q 63% (72%: for FP8 the one-row GEMV is still the faster
 // on the 4096 x 4096 matrices). What took int4 gate+up there, in order: a persistent grid with
 // the loads running ahead across tiles (44%), the zero taken off once a super-step and one LOP3
 // a pair (61%), staging x 8 columns a thread (68%), the scale index by a multiply-high instead
-// of a predicated division (73%). A ring of 8 super-steps in shared memory by cp.async instead
-// of 4 in registers was slower (Qwen2.5-7B int4 decode 268 against 327 tok/s).
+// of a predicated division (73%), the scale and zero waited for where they are used rather than
+// where they are loaded (about 81%; weight_readers.cuh's IntReader::Meta). A ring of 8
+// super-steps in shared memory by cp.async instead of 4 in registers was slower (Qwen2.5-7B int4
+// decode 268 against 327 tok/s); so were shorter rings at 3 or 4 blocks an SM, no barrier at a
+// tile's end, and groups of 4 warps a tile (docs/PERFORMANCE.md).
 #pragma once
 
 #include <algorithm>
