@@ -187,9 +187,39 @@ Status run_throughput(const std::string& command) {
   return Status::Ok();
 }
 
+// The GPU modes' flags that no run could use, refused before the device is looked at (so also
+// on a machine without one).
+Status check_gpu_flags() {
+  if (FLAGS_repeat < 1) return Status::Error("--repeat must be >= 1");
+  if (FLAGS_fill_chunk < 2) return Status::Error("--fill-chunk must be >= 2");
+  if (!(FLAGS_peak_tflops > 0)) return Status::Error("--peak-tflops must be > 0");
+  if (FLAGS_max_context < 0) return Status::Error("--max-context must be >= 0");
+  if (FLAGS_matmul_only) {
+    if (FLAGS_config.empty()) return Status::Error("--matmul-only needs --config CONFIG.json");
+    if (FLAGS_prompt < 1) return Status::Error("--prompt must be >= 1 (the prefill rows)");
+  } else if (FLAGS_attention_only) {
+    if (FLAGS_heads < 1 || FLAGS_kv_heads < 1 || FLAGS_head_dim < 1) {
+      return Status::Error("--heads, --kv-heads and --head-dim must be >= 1");
+    }
+    if (FLAGS_heads % FLAGS_kv_heads != 0) {
+      return Status::Error("--heads (" + std::to_string(FLAGS_heads) +
+                           ") must be a multiple of --kv-heads (" +
+                           std::to_string(FLAGS_kv_heads) + ")");
+    }
+    if (FLAGS_kv_len < 1 || FLAGS_prefill_len < 1 || FLAGS_block_size < 1) {
+      return Status::Error("--kv-len, --prefill-len and --block-size must be >= 1");
+    }
+    if (FLAGS_decode_grid < 0) return Status::Error("--decode-grid must be >= 0 (0: automatic)");
+  } else if (FLAGS_prompt < 1 || FLAGS_gen < 0) {
+    return Status::Error("--prompt must be >= 1 and --gen >= 0 (>= 1 with --contexts)");
+  }
+  return Status::Ok();
+}
+
 #ifdef KUIPER_WITH_CUDA
 
 Status run_on_gpu(const std::string& command) {
+  KUIPER_RETURN_IF_ERROR(check_gpu_flags());
   if (!kuiper::cuda_available()) return Status::Error("kuiper-bench needs a usable CUDA GPU");
   KUIPER_ASSIGN_OR_RETURN(DtypeChoice dtype, choose_dtype(DeviceType::kCuda));
   const DataType activation = dtype.activation;
@@ -200,8 +230,6 @@ Status run_on_gpu(const std::string& command) {
   KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> contexts, split_lengths("contexts", FLAGS_contexts));
   KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> lengths,
                           split_lengths("prefill-lengths", FLAGS_prefill_lengths));
-  if (FLAGS_repeat < 1) return Status::Error("--repeat must be >= 1");
-  if (FLAGS_fill_chunk < 2) return Status::Error("--fill-chunk must be >= 2");
   Report report;
   json doc{{"tool", "kuiper-bench"},
            {"command", command},
@@ -214,7 +242,6 @@ Status run_on_gpu(const std::string& command) {
   KUIPER_ASSIGN_OR_RETURN(double copy_gbs, copy_bandwidth_gbs());
   doc["copy_gb_s"] = copy_gbs;
   if (FLAGS_matmul_only) {
-    if (FLAGS_config.empty()) return Status::Error("--matmul-only needs --config CONFIG.json");
     doc["mode"] = "matmul";
     KUIPER_ASSIGN_OR_RETURN(report.matmul, bench_matmul(activation, copy_gbs));
   } else if (FLAGS_attention_only) {
@@ -264,6 +291,7 @@ Status run_on_gpu(const std::string& command) {
 #else
 
 Status run_on_gpu(const std::string&) {
+  KUIPER_RETURN_IF_ERROR(check_gpu_flags());
   return Status::Error("this build of Kuiper has no CUDA support (--throughput --device cpu runs "
                        "without it)");
 }

@@ -55,39 +55,45 @@ Result<json> bench_matmul(DataType activation, double copy_gbs) {
       row["dequantize_us"] = dq_s * 1e6;
     }
     plain = Tensor();
-    // 2..16 rows: batched decode at small B (the GEMV is one row; these take the GEMM path).
-    json small = json::object();
-    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{16},
-                      static_cast<int64_t>(FLAGS_prompt)}) {
-      KUIPER_ASSIGN_OR_RETURN(Tensor x, Tensor::empty({T, s.K}, activation, DeviceType::kCuda));
-      KUIPER_ASSIGN_OR_RETURN(Tensor out, Tensor::empty({T, s.N}, activation, DeviceType::kCuda));
+    // 1 row (decode), 2..16 rows (batched decode at small B: the GEMV forms or the GEMM path
+    // against T one-row products), then --prompt rows (prefill) whatever its length.
+    auto time_rows = [&](int64_t T, Tensor& x, Tensor& out) -> Result<double> {
+      KUIPER_ASSIGN_OR_RETURN(x, Tensor::empty({T, s.K}, activation, DeviceType::kCuda));
+      KUIPER_ASSIGN_OR_RETURN(out, Tensor::empty({T, s.N}, activation, DeviceType::kCuda));
       KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(x, 5, 1.0f, 0.0f));
-      KUIPER_ASSIGN_OR_RETURN(double seconds, time_on_stream([&](int i) {
-                                return kuiper::op::matmul(x, weights[i % copies], nullptr, out);
-                              }));
-      if (T > 1 && T <= 16) {
-        // Against T one-row products (what a GEMV per row costs): where the GEMM path pays off.
-        KUIPER_ASSIGN_OR_RETURN(double rowwise, time_on_stream([&](int i) {
-                                  for (int64_t t = 0; t < T; ++t) {
-                                    Tensor x_row = x.rows(t, 1), out_row = out.rows(t, 1);
-                                    KUIPER_RETURN_IF_ERROR(kuiper::op::matmul(
-                                        x_row, weights[i % copies], nullptr, out_row));
-                                  }
-                                  return Status::Ok();
-                                }));
-        small[std::to_string(T)] = json{{"us", seconds * 1e6}, {"rowwise_us", rowwise * 1e6}};
-        continue;
-      }
+      return time_on_stream([&](int i) {
+        return kuiper::op::matmul(x, weights[i % copies], nullptr, out);
+      });
+    };
+    json small = json::object();
+    for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{16}}) {
+      Tensor x, out;
+      KUIPER_ASSIGN_OR_RETURN(double seconds, time_rows(T, x, out));
       if (T == 1) {
         row["decode_us"] = seconds * 1e6;
         row["decode_gb_s"] = bytes / seconds / 1e9;
         row["decode_pct_of_copy"] = 100.0 * bytes / seconds / 1e9 / copy_gbs;
-      } else {
-        row["prefill_tokens"] = T;
-        row["prefill_us"] = seconds * 1e6;
-        row["prefill_tflop_s"] = 2.0 * T * s.N * s.K / seconds / 1e12;
-        row["prefill_pct_of_peak"] = 100.0 * row["prefill_tflop_s"].get<double>() / FLAGS_peak_tflops;
+        continue;
       }
+      KUIPER_ASSIGN_OR_RETURN(double rowwise, time_on_stream([&](int i) {
+                                for (int64_t t = 0; t < T; ++t) {
+                                  Tensor x_row = x.rows(t, 1), out_row = out.rows(t, 1);
+                                  KUIPER_RETURN_IF_ERROR(kuiper::op::matmul(
+                                      x_row, weights[i % copies], nullptr, out_row));
+                                }
+                                return Status::Ok();
+                              }));
+      small[std::to_string(T)] = json{{"us", seconds * 1e6}, {"rowwise_us", rowwise * 1e6}};
+    }
+    {
+      const int64_t T = FLAGS_prompt;
+      Tensor x, out;
+      KUIPER_ASSIGN_OR_RETURN(double seconds, time_rows(T, x, out));
+      const double tflop_s = 2.0 * T * s.N * s.K / seconds / 1e12;
+      row["prefill_tokens"] = T;
+      row["prefill_us"] = seconds * 1e6;
+      row["prefill_tflop_s"] = tflop_s;
+      row["prefill_pct_of_peak"] = 100.0 * tflop_s / FLAGS_peak_tflops;
     }
     row["small_batch_us"] = small;
     rows.push_back(row);

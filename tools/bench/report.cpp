@@ -14,6 +14,10 @@ double num(const json& row, const char* key) {
   return row.contains(key) && row[key].is_number() ? row[key].get<double>() : 0.0;
 }
 
+long long integer(const json& row, const char* key) {
+  return row.contains(key) && row[key].is_number_integer() ? row[key].get<long long>() : 0;
+}
+
 }  // namespace
 
 void print_tables(const Report& r, double copy_gbs) {
@@ -24,7 +28,7 @@ void print_tables(const Report& r, double copy_gbs) {
       std::printf("| %s | %lld | %lld | %.1f | %.0f | %.0f%% | %lld | %.1f | %.0f |\n",
                   m["shape"].get<std::string>().c_str(), m["N"].get<long long>(),
                   m["K"].get<long long>(), num(m, "decode_us"), num(m, "decode_gb_s"),
-                  num(m, "decode_pct_of_copy"), m["prefill_tokens"].get<long long>(),
+                  num(m, "decode_pct_of_copy"), integer(m, "prefill_tokens"),
                   num(m, "prefill_us"), num(m, "prefill_tflop_s"));
     }
     std::printf("\n");
