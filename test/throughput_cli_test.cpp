@@ -117,6 +117,11 @@ TEST(ThroughputCli, BadFlagsAreOneClearError) {
       {{"--device", "tpu"}, "--device: unknown device 'tpu'"},
       {{"--dtype", "fp16"}, "--dtype: fp16 on the cpu: the CPU computes in fp32"},
       {{"--output-len", "0"}, "--output-len must be >= 1"},
+      // The tiny config's context is 2048 tokens (the longest request drawn is named too).
+      {{"--input-len", "2040"},
+       "tokens (--input-len, --len-jitter, --shared-prefix and --output-len) do not fit the "
+       "model's context of 2048 tokens"},
+      {{"--input-len", "8", "--shared-prefix", "4000"}, "do not fit the model's context of 2048"},
   };
   for (const Bad& c : cases) {
     const CliResult r = run_bench(c.args);

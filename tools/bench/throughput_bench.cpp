@@ -286,6 +286,14 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
     max_context = std::max<int64_t>(
         max_context, static_cast<int64_t>(workload.prompts[i].size()) + workload.outputs[i]);
   }
+  // A request the model's context cannot hold is refused, as the programs refuse a prompt past
+  // --max-context, rather than run at positions the model was never made for.
+  if (max_context > c.context_limit()) {
+    return Status::Error(
+        "requests of up to " + std::to_string(max_context) +
+        " tokens (--input-len, --len-jitter, --shared-prefix and --output-len) do not fit the "
+        "model's context of " + std::to_string(c.context_limit()) + " tokens");
+  }
   // Today's pool holds one max_context slot per running sequence.
   const int64_t sequences = std::min(concurrency.back(), shape.requests);
   const size_t elem = kuiper::dtype_size(setup.activation);
