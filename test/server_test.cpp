@@ -129,11 +129,12 @@ struct Reply {
 };
 
 Reply post(int port, const std::string& path, const std::string& body,
-           const httplib::Headers& headers = {}) {
+           const httplib::Headers& headers = {},
+           const std::string& content_type = "application/json") {
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(120);
   Reply reply;
-  httplib::Result r = client.Post(path.c_str(), headers, body, "application/json");
+  httplib::Result r = client.Post(path.c_str(), headers, body, content_type.c_str());
   if (!r) {
     reply.raw = httplib::to_string(r.error());
     return reply;
@@ -468,6 +469,26 @@ TEST_F(Server, BadRequestsAreRefusedAndTheServerGoesOn) {
                               json({{"prompt", std::vector<int>(300, 100)}}));
   EXPECT_EQ(too_long.body["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(get(port(), "/v1/nothing").status, 404);
+}
+
+// `curl -d` sends application/x-www-form-urlencoded, whose bodies httplib's own read caps at
+// 8 KB: the body is read as JSON whatever the type, so a long request is answered; multipart
+// form data is refused, and the server goes on.
+TEST_F(Server, BodyIsJsonWhateverItsContentType) {
+  json body = chat("hi", 2);
+  body["user"] = std::string(20000, 'u');  // a field the server ignores: a body past 8 KB
+  const Reply form = post(port(), "/v1/chat/completions", body.dump(), {},
+                          "application/x-www-form-urlencoded");
+  EXPECT_EQ(form.status, 200) << form.raw;
+  EXPECT_EQ(form.body["usage"]["completion_tokens"], 2) << form.raw;
+  const Reply plain = post(port(), "/v1/chat/completions", body.dump(), {}, "text/plain");
+  EXPECT_EQ(plain.status, 200) << plain.raw;
+  const Reply multipart = post(port(), "/v1/completions", "--x\r\n\r\nhi\r\n--x--\r\n", {},
+                               "multipart/form-data; boundary=x");
+  EXPECT_EQ(multipart.status, 415) << multipart.raw;
+  EXPECT_EQ(multipart.body["error"]["message"],
+            "the request body must be JSON, not multipart/form-data");
+  EXPECT_EQ(post(port(), "/v1/chat/completions", chat("hi", 2)).status, 200);
 }
 
 TEST_F(Server, ClientThatHangsUpIsCancelledAndItsBlocksFreed) {

@@ -28,6 +28,9 @@ using Clock = std::chrono::steady_clock;
 // How often a waiting handler looks at its client's socket.
 constexpr std::chrono::milliseconds kPoll(20);
 
+// The largest request body read (images come inline as data URIs).
+constexpr size_t kMaxBodyBytes = size_t{64} << 20;
+
 std::string dump(const Json& j) {
   // Generated text is valid UTF-8; a logprob's token may be part of a character.
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -202,7 +205,7 @@ HttpServer::HttpServer(const Engine& engine, ChatTemplate chat_template, ChatOpt
   http_->set_read_timeout(30);
   http_->set_write_timeout(30);
   http_->set_keep_alive_max_count(1000);
-  http_->set_payload_max_length(64u << 20);
+  http_->set_payload_max_length(kMaxBodyBytes);
   routes();
 }
 
@@ -253,8 +256,14 @@ void HttpServer::routes() {
     ApiError error;
     error.status = res.status;
     error.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
-    error.message = res.status == 404 ? "no route " + req.method + " " + req.path
-                                      : "HTTP error " + std::to_string(res.status);
+    if (res.status == 404) {
+      error.message = "no route " + req.method + " " + req.path;
+    } else if (res.status == 413) {
+      error.message = "the request body is larger than the server's limit of " +
+                      std::to_string(kMaxBodyBytes >> 20) + " MiB";
+    } else {
+      error.message = "HTTP error " + std::to_string(res.status);
+    }
     send_error(res, error);
   });
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res,
@@ -292,8 +301,24 @@ void HttpServer::routes() {
     res.set_content(dump({{"object", "list"}, {"data", Json::array({model})}}), "application/json");
   });
 
+  // The body is read through a content reader, as JSON whatever its Content-Type says:
+  // httplib's own read answers a body over 8 KB sent as application/x-www-form-urlencoded
+  // (curl -d's default) with a bare 413, where a long prompt is no error.
   auto completion = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
+    return [this, chat](const httplib::Request& req, httplib::Response& res,
+                        const httplib::ContentReader& read_body) {
+      if (req.is_multipart_form_data()) {  // httplib would want a reader for its parts
+        metrics_.rejected("invalid");
+        return send_error(res, {415, "the request body must be JSON, not multipart/form-data",
+                                "invalid_request_error", "", ""});
+      }
+      std::string body;
+      if (!read_body([&body](const char* data, size_t n) {
+            body.append(data, n);
+            return true;
+          })) {
+        return;  // httplib set the status (413 past the payload limit); the error handler answers
+      }
       if (draining_) {
         metrics_.rejected("shutting_down");
         return send_error(res, {503, "the server is shutting down", "server_error", "",
@@ -305,8 +330,8 @@ void HttpServer::routes() {
                            std::min(engine_.tokenizer().vocab_size(),
                                     engine_.model().config().vocab_size),
                            vision_ != nullptr};
-      const bool parsed = chat ? parse_chat_request(req.body, context, &job->request, &error)
-                               : parse_completion_request(req.body, context, &job->request, &error);
+      const bool parsed = chat ? parse_chat_request(body, context, &job->request, &error)
+                               : parse_completion_request(body, context, &job->request, &error);
       auto refuse = [&](const ApiError& e, const char* reason) {
         metrics_.rejected(reason);
         LOG(INFO) << req.path << " refused (" << e.status << "): " << e.message;
