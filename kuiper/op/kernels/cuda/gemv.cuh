@@ -30,8 +30,6 @@
 #pragma once
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -250,24 +248,11 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
   }
 }
 
-// Blocks of gemv_kernel<..., kUnroll> that fit on the current GPU at once with `smem` bytes of x:
-// an occupancy query, cached per device and size.
+// Blocks of gemv_kernel<..., kUnroll> that fit on the current GPU at once with `smem` bytes of x.
 template <typename Reader, typename TX, typename TO, int kUnroll>
 Result<int64_t> gemv_fit(int64_t smem) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int64_t>, int64_t> fits;
-  int device = 0;
-  KUIPER_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto found = fits.find({device, smem});
-  if (found != fits.end()) return found->second;
-  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
-  int per_sm = 0;
-  KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, gemv_kernel<Reader, TX, TO, kUnroll>, kGemvThreads, static_cast<size_t>(smem)));
-  const int64_t fit = static_cast<int64_t>(sms) * per_sm;
-  fits.emplace(std::make_pair(device, smem), fit);
-  return fit;
+  return resident_blocks<gemv_kernel<Reader, TX, TO, kUnroll>>(kGemvThreads,
+                                                               static_cast<size_t>(smem));
 }
 
 template <typename Reader, typename TX, typename TO>

@@ -50,8 +50,6 @@
 #pragma once
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -449,24 +447,11 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
   }
 }
 
-// Blocks of gemv_mma_kernel that fit on the current GPU at once with `smem` bytes of x: an
-// occupancy query, cached per device and size.
+// Blocks of gemv_mma_kernel that fit on the current GPU at once with `smem` bytes of x.
 template <typename Reader, typename T16, typename TX, typename TO>
 Result<int64_t> gemv_mma_fit(int64_t smem) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int64_t>, int64_t> fits;
-  int device = 0;
-  KUIPER_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto found = fits.find({device, smem});
-  if (found != fits.end()) return found->second;
-  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
-  int per_sm = 0;
-  KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, gemv_mma_kernel<Reader, T16, TX, TO>, kMmaGemvThreads, static_cast<size_t>(smem)));
-  const int64_t fit = static_cast<int64_t>(sms) * std::max(per_sm, 1);
-  fits.emplace(std::make_pair(device, smem), fit);
-  return fit;
+  return resident_blocks<gemv_mma_kernel<Reader, T16, TX, TO>>(kMmaGemvThreads,
+                                                                static_cast<size_t>(smem));
 }
 
 // Rows of x a launch takes: all T where two blocks a multiprocessor still fit (a second block's

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -118,6 +119,27 @@ Status allow_shared_memory(size_t bytes) {
   });
   // A successful Result's status() is not Ok (it says "no value"): ask ok() first.
   return done.ok() ? Status::Ok() : done.status();
+}
+
+// Blocks of kKernel that run at once on the current device (SMs times the blocks an SM holds,
+// at least one an SM) with `threads` threads and `smem` bytes of dynamic shared memory: an
+// occupancy query, cached per device and size.
+template <auto kKernel>
+Result<int64_t> resident_blocks(int threads, size_t smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, size_t>, int64_t> fits;
+  int device = 0;
+  KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = fits.find({device, smem});
+  if (found != fits.end()) return found->second;
+  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
+  int per_sm = 0;
+  KUIPER_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem));
+  const int64_t fit = static_cast<int64_t>(sms) * (per_sm > 1 ? per_sm : 1);
+  fits.emplace(std::make_pair(device, smem), fit);
+  return fit;
 }
 
 // ---- programmatic dependent launch ----

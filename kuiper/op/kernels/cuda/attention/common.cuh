@@ -23,6 +23,7 @@ using cuda::allow_shared_memory;
 using cuda::block_reduce;
 using cuda::group_max;
 using cuda::group_sum;
+using cuda::resident_blocks;
 using cuda::sm_count;
 using cuda::TypeTag;
 

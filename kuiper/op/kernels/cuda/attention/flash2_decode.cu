@@ -247,7 +247,8 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   extern __shared__ uint4 shared16[];
   T* ring = reinterpret_cast<T*>(shared16);
   float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageElems);
-  int64_t* prefix = reinterpret_cast<int64_t*>(merge + Tr::kWarps * Tr::kHeads * (D + 2));
+  const int rows = min(g.group, Tr::kHeads);  // the merge area's rows a warp
+  int64_t* prefix = reinterpret_cast<int64_t*>(merge + Tr::kWarps * rows * (D + 2));
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
@@ -478,17 +479,17 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
 
     // Merge the warps through shared memory. A warp that saw no key (a segment shorter than its
     // offset) has m = -inf and weight 0 below.
-    float* mo = merge;                             // [warp][row][D]
-    float* mm = mo + Tr::kWarps * Tr::kHeads * D;  // [warp][row] maxima
-    float* ml = mm + Tr::kWarps * Tr::kHeads;      // [warp][row] sums
+    float* mo = merge;                    // [warp][row][D]
+    float* mm = mo + Tr::kWarps * rows * D;  // [warp][row] maxima
+    float* ml = mm + Tr::kWarps * rows;      // [warp][row] sums
     softmax.reduce_rows();
-    float* wo = mo + warp * Tr::kHeads * D;
+    float* wo = mo + warp * rows * D;
     const bool keep_a = qr < cur.ng, keep_b = qr + 8 < cur.ng;  // rows past the group are zeros
     if (lane % 4 == 0) {
-      if (keep_a) mm[warp * Tr::kHeads + qr] = softmax.row[0].m;
-      if (keep_b) mm[warp * Tr::kHeads + qr + 8] = softmax.row[1].m;
-      if (keep_a) ml[warp * Tr::kHeads + qr] = softmax.row[0].l;
-      if (keep_b) ml[warp * Tr::kHeads + qr + 8] = softmax.row[1].l;
+      if (keep_a) mm[warp * rows + qr] = softmax.row[0].m;
+      if (keep_b) mm[warp * rows + qr + 8] = softmax.row[1].m;
+      if (keep_a) ml[warp * rows + qr] = softmax.row[0].l;
+      if (keep_b) ml[warp * rows + qr + 8] = softmax.row[1].l;
     }
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
@@ -513,18 +514,18 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
       const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
       float mx = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < Tr::kWarps; ++w) mx = fmaxf(mx, mm[w * Tr::kHeads + r]);
+      for (int w = 0; w < Tr::kWarps; ++w) mx = fmaxf(mx, mm[w * rows + r]);
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < Tr::kWarps; ++w) {
-        const float wt = fast_exp2(mm[w * Tr::kHeads + r] - mx);  // finite mx: warp 0 saw kbeg
-        const float4 x = *reinterpret_cast<const float4*>(mo + (w * Tr::kHeads + r) * D + d);
+        const float wt = fast_exp2(mm[w * rows + r] - mx);  // finite mx: warp 0 saw kbeg
+        const float4 x = *reinterpret_cast<const float4*>(mo + (w * rows + r) * D + d);
         acc.x += wt * x.x;
         acc.y += wt * x.y;
         acc.z += wt * x.z;
         acc.w += wt * x.w;
-        sum += wt * ml[w * Tr::kHeads + r];
+        sum += wt * ml[w * rows + r];
       }
       if (used == 1) {
         const float inv = 1.0f / sum;
@@ -627,17 +628,22 @@ Result<int*> arrival_counters(AttentionBuffers& buffers, size_t n) {
 }
 
 // Most sequences of one fused decode: the prefix sums of their lengths live in shared memory
-// beside the ring (32 KB at this bound; the kernel runs one block an SM either way).
+// beside the ring (32 KB at this bound, which leaves room for one block an SM).
 constexpr int kMaxDecodeBatch = 4096;
 
 // fp16, bf16: one grid of blocks (request.decode_grid when set, else the largest multiple of the
-// unit count that fits the SMs, or the SM count once the batch has more units than SMs; at most
-// kMaxDecodeSplits) over which the (sequence, kv head, head group, key) work is spread evenly on
+// unit count that fits the SMs, one block each, or, once the batch has more units than SMs,
+// every block that fits at once; at most kMaxDecodeSplits) over which the (sequence, kv head, head group, key) work is spread evenly on
 // the device (decode_partition.h). The grid depends only on the SM count and the keys known on
 // the host (key_capacity per sequence), so a captured launch replays at any position. Many
 // sequences need no splitting at all: with B * kv heads units past the SM count a block holds
 // whole units, written straight to out, and only the units cut by a block boundary (two a block
-// at most) go through partials and the fused combine.
+// at most) go through partials and the fused combine. Two blocks an SM (the merge area sized by
+// the GQA group leaves room for them) pay where blocks hold whole units and lose where they
+// split one: measured on the H100 (`kuiper-bench --attention-only --dtype fp16 --decode-batch B
+// --kv-len 576`, 32 q / 8 kv heads, d 128, us, one an SM -> two): B = 64 70.1 -> 63.5, B = 256
+// 250.1 -> 238.8, 28 q / 4 kv heads bf16 B = 64 42.1 -> 30.3; but B = 8 11.0 -> 12.3 (four
+// blocks a unit instead of two) and one sequence of 4096 keys 9.2 -> 13.4.
 template <typename T, int D>
 Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                         AttentionBuffers& buffers) {
@@ -651,10 +657,22 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   const int head_groups = (g.group + Tr::kHeads - 1) / Tr::kHeads;
   const int units = g.kv_heads * head_groups * g.batch;
   const int64_t keys = static_cast<int64_t>(g.batch) * g.key_capacity;
+  const size_t shared = Tr::kRingBytes + Tr::merge_bytes(std::min(g.group, Tr::kHeads)) +
+                        (paged ? sizeof(int64_t) * (g.batch + 1) : 0);
+  // The attribute is raised once, for the largest batch; each launch asks for what it uses.
+  constexpr size_t kPrefixMost = sizeof(int64_t) * (kMaxDecodeBatch + 1);
+  KUIPER_RETURN_IF_ERROR(
+      (allow_shared_memory<flash2_decode_tc<T, D>>(Tr::kMostSharedBytes + kPrefixMost)));
   int grid = r.decode_grid;
   if (grid <= 0) {
     KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
-    grid = sms >= units ? sms / units * units : sms;
+    if (units <= sms) {
+      grid = sms / units * units;
+    } else {
+      KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (resident_blocks<flash2_decode_tc<T, D>>(
+                                                     Tr::kThreads, shared)));
+      grid = static_cast<int>(fit);
+    }
   }
   grid = decode_blocks(static_cast<int64_t>(g.kv_heads) * head_groups * keys,
                        std::min(grid, kMaxDecodeSplits), units);
@@ -665,11 +683,6 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   const size_t slots = static_cast<size_t>(grid) * 2 * Tr::kHeads;
   KUIPER_ASSIGN_OR_RETURN(float* o_part, buffers.partials.floats(slots * D));
   KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
-  // The attribute is raised once, for the largest batch; each launch asks for what it uses.
-  constexpr size_t kPrefixMost = sizeof(int64_t) * (kMaxDecodeBatch + 1);
-  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<T, D>>(Tr::kSharedBytes +
-                                                                      kPrefixMost)));
-  const size_t shared = Tr::kSharedBytes + (paged ? sizeof(int64_t) * (g.batch + 1) : 0);
   KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(buffers, units));
   // PDL: what the kernel may read before its wait is in the kernel.
   return cuda::launch(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), shared, r.pdl,

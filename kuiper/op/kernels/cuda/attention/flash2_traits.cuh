@@ -81,17 +81,16 @@ struct DecodeTcTraits {
   static constexpr int kStages = 3;
   static constexpr int kStageElems = 2 * kKeys * D;  // K tile then V tile
   static constexpr size_t kRingBytes = static_cast<size_t>(kTcElemBytes) * kStages * kStageElems;
-  // After the ring, the merge area: the warps' partials (kWarps x kHeads rows of D floats, then
-  // their m and l). Separate from the ring so that the next segment's tiles load while a segment
-  // is merged.
-  static constexpr size_t kMergeBytes = sizeof(float) * kWarps * kHeads * (D + 2);
-  static constexpr size_t kSharedBytes = kRingBytes + kMergeBytes;
-  // One block an SM (the ring is 96 KB for D = 128): measured on the H100 (32 q / 8 kv heads,
-  // d 128, fp16), one long range per SM streams as fast or faster than two shorter ones (264
-  // blocks: 23.3 us at 4096 keys, 71.7 at 32768, vs 14.3 and 54.9 for 128), and any grid that
-  // leaves some SMs with two blocks and others with one is much slower (160 blocks: 70 us).
-  // The default grid is the largest multiple of the (kv head, head group) count that fits the
-  // SMs (decode_partition.h says why not all of them).
+  // After the ring, the merge area: the warps' partials (kWarps x `rows` rows of D floats, then
+  // their m and l), rows the query heads a block serves (the GQA group, at most kHeads). Separate
+  // from the ring so that the next segment's tiles load while a segment is merged.
+  static constexpr size_t merge_bytes(int rows) {
+    return sizeof(float) * kWarps * static_cast<size_t>(rows) * (D + 2);
+  }
+  static constexpr size_t kMostSharedBytes = kRingBytes + merge_bytes(kHeads);
+  // Blocks an SM: one while the grid splits units (a long range streams better than two short
+  // ones), as many as fit once blocks hold whole units (two for GQA groups of up to 8 heads at
+  // D = 128; launch_decode_tc, flash2_decode.cu, has the figures).
 };
 
 // ---- the phases' launchers, called by run_flash2 (flash2.cu) ----
