@@ -657,23 +657,29 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   const int head_groups = (g.group + Tr::kHeads - 1) / Tr::kHeads;
   const int units = g.kv_heads * head_groups * g.batch;
   const int64_t keys = static_cast<int64_t>(g.batch) * g.key_capacity;
-  const size_t shared = Tr::kRingBytes + Tr::merge_bytes(std::min(g.group, Tr::kHeads)) +
-                        (paged ? sizeof(int64_t) * (g.batch + 1) : 0);
   // The attribute is raised once, for the largest batch; each launch asks for what it uses.
   constexpr size_t kPrefixMost = sizeof(int64_t) * (kMaxDecodeBatch + 1);
   KUIPER_RETURN_IF_ERROR(
       (allow_shared_memory<flash2_decode_tc<T, D>>(Tr::kMostSharedBytes + kPrefixMost)));
+  const size_t prefix_bytes = paged ? sizeof(int64_t) * (g.batch + 1) : 0;
+  // Blocks that split units run one an SM: they ask for a whole kHeads merge area, which leaves
+  // no room for a second (the hardware would pack two on some SMs and leave others idle). Past
+  // the SM count, the merge area the group needs, so that as many blocks fit as can.
+  const size_t alone = Tr::kMostSharedBytes + prefix_bytes;
+  const size_t packed =
+      Tr::kRingBytes + Tr::merge_bytes(std::min(g.group, Tr::kHeads)) + prefix_bytes;
+  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
   int grid = r.decode_grid;
   if (grid <= 0) {
-    KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
     if (units <= sms) {
       grid = sms / units * units;
     } else {
       KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (resident_blocks<flash2_decode_tc<T, D>>(
-                                                     Tr::kThreads, shared)));
+                                                     Tr::kThreads, packed)));
       grid = static_cast<int>(fit);
     }
   }
+  const size_t shared = grid <= sms ? alone : packed;
   grid = decode_blocks(static_cast<int64_t>(g.kv_heads) * head_groups * keys,
                        std::min(grid, kMaxDecodeSplits), units);
   KUIPER_LOG_TUNING("attention " + describe(r) + ": " + std::to_string(grid) + " blocks over " +
