@@ -500,6 +500,26 @@ std::vector<PagedCase> paged_cases() {
 INSTANTIATE_TEST_SUITE_P(All, CudaAttentionPaged, testing::ValuesIn(paged_cases()),
                          paged_case_name);
 
+// The 16-bit flash2 decode's default grid (host arithmetic): one block an SM, a multiple of the
+// units, while blocks split units; every resident block once there are more units than SMs; and
+// a block keeps an SM to itself exactly when the grid fits the SMs one a block.
+TEST(AttentionDecodePartition, DefaultGridKeepsAnSmABlockUntilBlocksHoldWholeUnits) {
+  using namespace cuda_attention;
+  // H100, Qwen3-8B: 8 kv heads a sequence, 264 blocks resident two an SM.
+  EXPECT_EQ(decode_default_grid(8, 132, 264), 128);     // batch 1
+  EXPECT_EQ(decode_default_grid(64, 132, 264), 128);    // batch 8: two blocks a unit
+  EXPECT_EQ(decode_default_grid(132, 132, 264), 132);   // one unit a block
+  EXPECT_EQ(decode_default_grid(133, 132, 264), 264);   // past the SMs
+  EXPECT_EQ(decode_default_grid(512, 132, 264), 264);   // batch 64
+  EXPECT_EQ(decode_default_grid(2048, 132, 132), 132);  // a batch whose lengths fill the SMs
+  EXPECT_EQ(decode_default_grid(200, 132, 0), 132);     // never fewer than the SMs
+  EXPECT_EQ(decode_default_grid(1, 7, 14), 7);
+  for (int units : {1, 8, 64, 132, 133, 512}) {
+    const int grid = decode_default_grid(units, 132, 264);
+    EXPECT_EQ(decode_block_alone(grid, 132), units <= 132) << units << " units";
+  }
+}
+
 // The 16-bit flash2 decode's balanced partition (host arithmetic, no GPU): the blocks tile the
 // flattened (unit, key) work exactly, in equal shares to within one key, and decode_block_of
 // names the blocks that touch each unit (the partials its combine merges); a grid that is a

@@ -41,6 +41,21 @@ KUIPER_DECODE_HD int decode_blocks(int64_t work, int grid, int units) {
   return blocks;
 }
 
+// The grid a launch asks for (before decode_blocks trims it to the work), from the unit count,
+// the SMs and `resident`, the blocks that fit at once with the merge area the group needs. While
+// the units are no more than the SMs, blocks split units and each keeps an SM to itself (one
+// long range streams better than two short ones): the largest multiple of the units that fits
+// the SMs. Past that, blocks hold whole units and every block that fits runs (more loads in
+// flight). Figures in flash2_decode.cu (launch_decode_tc).
+KUIPER_DECODE_HD int decode_default_grid(int units, int sms, int64_t resident) {
+  if (units <= sms) return sms / units * units;
+  return static_cast<int>(resident > sms ? resident : sms);
+}
+
+// Whether blocks of this grid must keep an SM each (they ask for shared memory that leaves no
+// room for a second): any grid that fits the SMs one a block.
+KUIPER_DECODE_HD bool decode_block_alone(int grid, int sms) { return grid <= sms; }
+
 // First flat key of block b (b == blocks gives the end of the work).
 KUIPER_DECODE_HD int64_t decode_block_begin(int64_t work, int blocks, int b) {
   return work * b / blocks;
