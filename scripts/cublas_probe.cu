@@ -11,12 +11,20 @@
 #include <cstdio>
 #include <vector>
 #include <algorithm>
+// Weights and x filled with small random fp16 values (zeros would draw less power than a model's).
+__global__ void fill(__half* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned v = (unsigned)i * 2654435761u ^ seed; v ^= v >> 13; v *= 0x5bd1e995u; v ^= v >> 15;
+    p[i] = __float2half(((v & 0xffff) / 65536.0f - 0.5f) * 0.05f);
+  }
+}
 #define CK(x) do { auto e = (x); if (e != 0) { printf("err %d at %s:%d\n", (int)e, __FILE__, __LINE__); exit(1);} } while (0)
 int main(int argc, char** argv) {
   struct Shape { const char* name; int N, K; bool f32out, acc; };
-  std::vector<Shape> shapes = {{"qkv", 6144, 4096, false, false}, {"o+res", 4096, 4096, true, true},
+  std::vector<Shape> shapes = {{"qkv", 6144, 4096, false, false}, {"q", 4096, 4096, false, false}, {"kv", 2048, 4096, false, false}, {"o+res", 4096, 4096, true, true},
       {"o", 4096, 4096, false, false}, {"o+res16", 4096, 4096, false, true}, {"gate_up", 24576, 4096, false, false}, {"down", 4096, 12288, false, false}, {"down+res", 4096, 12288, true, true}, {"lm_head", 151936, 4096, true, false}};
   std::vector<int> Ts = {8, 16, 64, 256};
+  if (argc > 1) { Ts.clear(); for (int i = 1; i < argc; ++i) Ts.push_back(atoi(argv[i])); }
   cublasHandle_t h; CK(cublasCreate(&h));
   cublasLtHandle_t lt; CK(cublasLtCreate(&lt));
   size_t wsb = 32 << 20; void* ws; CK(cudaMalloc(&ws, wsb)); CK(cublasSetWorkspace(h, ws, wsb));
@@ -25,9 +33,10 @@ int main(int argc, char** argv) {
     size_t wbytes = (size_t)s.N * s.K * 2;
     int copies = std::max<int>(1, (int)((400u << 20) / wbytes)); if (copies > 8) copies = 8;
     std::vector<void*> W(copies);
-    for (auto& p : W) { CK(cudaMalloc(&p, wbytes)); CK(cudaMemset(p, 0, wbytes)); }
+    unsigned seed = 1;
+    for (auto& p : W) { CK(cudaMalloc(&p, wbytes)); fill<<<1024, 256>>>((__half*)p, wbytes / 2, seed++); }
     for (int T : Ts) {
-      void *x, *out; CK(cudaMalloc(&x, (size_t)T * s.K * 2)); CK(cudaMemset(x, 0, (size_t)T * s.K * 2));
+      void *x, *out; CK(cudaMalloc(&x, (size_t)T * s.K * 2)); fill<<<64, 256>>>((__half*)x, (size_t)T * s.K, 99);
       CK(cudaMalloc(&out, (size_t)T * s.N * 4)); CK(cudaMemset(out, 0, (size_t)T * s.N * 4));
       float alpha = 1, beta = s.acc ? 1 : 0;
       cudaDataType_t ct = s.f32out ? CUDA_R_32F : CUDA_R_16F;

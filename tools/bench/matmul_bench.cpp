@@ -33,6 +33,11 @@ Result<json> bench_matmul(DataType activation, double copy_gbs) {
     double bytes = 0.0;  // of one copy: values, scales and zeros
     int copies = 1;
     for (int i = 0; i < copies; ++i) {
+      // A plain weight is the filled tensor itself: each copy gets its own storage, or every
+      // copy would be one matrix, warm in L2 whenever it fits there.
+      if (i > 0 && format == op::WeightFormat::kPlain) {
+        KUIPER_ASSIGN_OR_RETURN(plain, Tensor::empty({s.N, s.K}, activation, DeviceType::kCuda));
+      }
       KUIPER_RETURN_IF_ERROR(kuiper::op::fill_random(plain, 10 + i, 0.02f, 0.0f));
       KUIPER_ASSIGN_OR_RETURN(op::Weight w, quantize_weight(plain));
       if (i == 0) {
