@@ -12,7 +12,8 @@
 # "--shared-prefix 2000 --len-jitter 0.2"), BATCH_SIZES (the peer's, 1,8,32,64,128,256),
 # PEER=0 skips the peer. Each step is cut at STEP_TIMEOUT_S (default 280 s).
 # Writes under $OUT: build.log, peer_batched.json, peer_batched.md, throughput.json,
-# throughput.md.
+# throughput.md, and last prints both side by side (scripts/plot_throughput.py --tables; its
+# --png draws the curve from the fetched JSON: docs/throughput.png).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
@@ -58,4 +59,6 @@ echo
 [ "$PEER" != 0 ] && cat "$OUT/peer_batched.md"
 echo
 cat "$OUT/throughput.md"
+echo
+python3 scripts/plot_throughput.py "$OUT" --tables || status=1
 exit $status
