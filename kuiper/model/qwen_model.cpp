@@ -437,12 +437,18 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   const bool one_token = ws.capacity == 1;
   const bool fused = L.qkv_proj.defined() && one_token;
   const bool stacked_qkv = L.qkv_proj.defined() && !one_token && pass.rope_axes_equal;
-  if (fused) {
+  // Two rows (two sequences decoding) take the fused forms too where one kernel runs them
+  // (op::linear_fuses: plain 16-bit weights, gemv_rows.cuh); more rows measured faster apart.
+  const bool fused_rows = stacked_qkv && T == 2 && L.gate_up_proj.defined() &&
+                          ws.qkv.dtype() == L.qkv_proj.values.dtype() &&
+                          op::linear_fuses(T, c.hidden_size, L.qkv_proj) &&
+                          op::linear_fuses(T, c.hidden_size, L.gate_up_proj);
+  if (fused || fused_rows) {
     op::LinearOptions qkv;
     qkv.norm = &L.input_norm;
     qkv.eps = eps;
     qkv.bias = c.qkv_bias ? &L.qkv_bias : nullptr;
-    Tensor out = ws.qkv;
+    Tensor out = ws.qkv.rows(0, T);
     KUIPER_RETURN_IF_ERROR(op::linear(x, L.qkv_proj, qkv, out));
   } else if (stacked_qkv) {
     KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.input_norm, eps, h));
@@ -501,7 +507,7 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   op::LinearOptions residual;
   residual.residual = true;
   KUIPER_RETURN_IF_ERROR(op::linear(attn, L.o_proj, residual, x));
-  if (L.gate_up_proj.defined() && one_token) {
+  if (L.gate_up_proj.defined() && (one_token || fused_rows)) {
     op::LinearOptions mlp;
     mlp.norm = &L.post_norm;
     mlp.eps = eps;

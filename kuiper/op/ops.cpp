@@ -337,6 +337,15 @@ Status linear(const Tensor& x, const Weight& w, const LinearOptions& o, Tensor& 
   return add(out, product, out);
 }
 
+bool linear_fuses(int64_t T, int64_t K, const Weight& w) {
+#ifdef KUIPER_WITH_CUDA
+  if (w.values.device() == DeviceType::kCuda) return cuda::linear_fuses(T, K, w);
+#endif
+  (void)T;
+  (void)K;
+  return false;
+}
+
 Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, double eps, const Tensor& positions,
                           RopeParams rope, Tensor& k_cache, Tensor& v_cache,

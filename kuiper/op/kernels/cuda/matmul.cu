@@ -3,6 +3,7 @@
 //  - T == 1 (decode): the hand-written GEMV (gemv.cuh, shared with the quantized weights), which
 //    also runs op::linear's fused forms (RMSNorm of x, SwiGLU over stacked gate/up rows,
 //    residual add).
+//  - T == 2 and a plain 16-bit w: the two-row GEMV (gemv_rows.cuh), every fused form.
 //  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 and bf16 (fp32
 //    accumulation), plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference
 //    accuracy).
@@ -15,6 +16,7 @@
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
+#include "kuiper/op/kernels/cuda/gemv_rows.cuh"
 
 namespace kuiper::cuda {
 
@@ -153,6 +155,15 @@ Status plain_gemv(const Tensor& x, const op::Weight& w, const op::LinearOptions&
               [](const op::Weight& weight, auto&& fn) { return visit_plain_reader(weight, fn); });
 }
 
+// Two rows of x and a plain 16-bit weight through the two-row GEMV (gemv_rows.cuh); false where
+// it does not apply.
+Result<bool> plain_gemv_rows(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
+                             Tensor& out) {
+  return gemv_rows(x, w, o, out, [](const op::Weight& weight, auto&& fn) {
+    return visit_plain_reader(weight, fn);
+  });
+}
+
 }  // namespace
 
 Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Tensor& out) {
@@ -164,6 +175,12 @@ Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Ten
     op::LinearOptions o;
     o.bias = bias;
     return plain_gemv(x, weight, o, out);
+  }
+  if (T == kRowsGemvRows) {
+    op::LinearOptions o;
+    o.bias = bias;
+    KUIPER_ASSIGN_OR_RETURN(const bool ran, plain_gemv_rows(x, weight, o, out));
+    if (ran) return Status::Ok();
   }
   if (x.dtype() == w.dtype()) return gemm_cublas(x, w, bias, out);
   const void* bias_ptr = bias != nullptr ? bias->raw() : nullptr;
@@ -197,6 +214,10 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
     KUIPER_RETURN_IF_ERROR(plain_gemv(x, weight, o, out));
     return true;
   }
+  if (T == kRowsGemvRows) {
+    KUIPER_ASSIGN_OR_RETURN(const bool ran, plain_gemv_rows(x, weight, o, out));
+    if (ran) return true;
+  }
   // Many rows: only the residual form has a cheaper path than the composition (cuBLAS adds the
   // product into out with beta = 1, in fp32 for an fp32 out).
   if (o.residual && o.norm == nullptr && o.bias == nullptr && !o.swiglu &&
@@ -205,6 +226,11 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
     return true;
   }
   return false;
+}
+
+bool linear_fuses(int64_t T, int64_t K, const op::Weight& w) {
+  if (T == 1) return true;
+  return !w.quantized() && dtype_size(w.values.dtype()) == 2 && gemv_rows_fits(T, K);
 }
 
 }  // namespace kuiper::cuda

@@ -185,6 +185,7 @@ struct ChunkBlocks {
 
 template <typename TW>
 struct PlainReader {
+  using Weight = TW;
   static constexpr int kVec = 16 / sizeof(TW);
   struct Meta {};
   struct Row {
