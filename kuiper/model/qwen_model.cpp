@@ -437,9 +437,9 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   const bool one_token = ws.capacity == 1;
   const bool fused = L.qkv_proj.defined() && one_token;
   const bool stacked_qkv = L.qkv_proj.defined() && !one_token && pass.rope_axes_equal;
-  // Two rows (two sequences decoding) take the fused forms too where one kernel runs them
-  // (op::linear_fuses: plain 16-bit weights, gemv_rows.cuh); more rows measured faster apart.
-  const bool fused_rows = stacked_qkv && T == 2 && L.gate_up_proj.defined() &&
+  // 2 to 8 rows (as many sequences decoding) take the fused forms too where one kernel runs them
+  // (op::linear_fuses: plain 16-bit weights, gemv_rows.cuh and gemv_rows_mma.cuh).
+  const bool fused_rows = stacked_qkv && T >= 2 && T <= 8 && L.gate_up_proj.defined() &&
                           ws.qkv.dtype() == L.qkv_proj.values.dtype() &&
                           op::linear_fuses(T, c.hidden_size, L.qkv_proj) &&
                           op::linear_fuses(T, c.hidden_size, L.gate_up_proj);

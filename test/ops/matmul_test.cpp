@@ -54,10 +54,13 @@ struct Shape {
 std::vector<OpCase> matmul_cases() {
   // T == 1 takes the GEMV (vectorised when K fits 16-byte loads, scalar for odd K); T == 2 of
   // 16-bit weights the two-row GEMV (2 x 4096 x 203: a last warp with one row; 2 x 512 x 20001:
-  // several tiles a block on its persistent grid); otherwise cuBLAS for like types and the tiled
+  // several tiles a block on its persistent grid); 3 to 8 rows the multi-row tensor-core GEMV
+  // (8 x 1024 x 203: a stage for each warp, a partial last tile; 3 x 384 x 40: fewer stages than
+  // warps; 6 x 256 x 9000: several tiles a block); otherwise cuBLAS for like types and the tiled
   // kernel for mixed ones.
-  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129},  {2, 256, 128},
-                          {17, 67, 45},   {33, 512, 257}, {2, 4096, 203}, {2, 512, 20001}};
+  const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129},   {2, 256, 128},
+                          {17, 67, 45},   {33, 512, 257}, {2, 4096, 203},   {2, 512, 20001},
+                          {8, 1024, 203}, {3, 384, 40},   {6, 256, 9000}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {
@@ -101,16 +104,17 @@ std::vector<OpCase> matmul_cases() {
 
 KUIPER_OP_BACKEND_TEST(Matmul, matmul_cases)
 
-// One row (the fused GEMV), two (the two-row GEMV) and more (the GPU composition), vectorised
-// and scalar K, an odd N, every weight type, with and without bias. Arguments: x, w, bias, norm
-// weight, out.
+// One row (the fused GEMV), two (the two-row GEMV), 3 to 8 (the multi-row tensor-core GEMV) and
+// more (the GPU composition), vectorised and scalar K, an odd N, every weight type, with and
+// without bias. Arguments: x, w, bias, norm weight, out.
 std::vector<OpCase> linear_cases() {
   // 6144 rows make between one and two SM-fuls of GEMV blocks on an H100 (the 4-load form), or
   // with SwiGLU and an fp32 x three tiles a block on the persistent grid; 20001 rows put five
   // tiles on each block there, the last one partial.
   const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129}, {1, 12288, 64},
                           {1, 512, 6144}, {1, 256, 20001}, {5, 256, 96},  {2, 2048, 101},
-                          {2, 1024, 3000}, {2, 256, 20001}};
+                          {2, 1024, 3000}, {2, 256, 20001}, {8, 1024, 203}, {4, 384, 3000},
+                          {7, 2048, 101}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {

@@ -14,7 +14,8 @@ Status rmsnorm(const Tensor& x, const Tensor& weight, double eps, Tensor& out);
 Status matmul(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out);
 // op::linear's fused forms where the GPU has them; false: the caller runs the composition.
 // linear_fuses says beforehand whether T rows of x of K columns over w take one kernel for every
-// form (one row always; two rows of a plain 16-bit w, gemv_rows.cuh), x's rows 16-byte aligned.
+// form (one row always; 2 to 8 rows of a plain 16-bit w, gemv_rows.cuh and gemv_rows_mma.cuh),
+// x's rows 16-byte aligned.
 bool linear_fuses(int64_t T, int64_t K, const op::Weight& w);
 Result<bool> linear(const Tensor& x, const op::Weight& w, const op::LinearOptions& options,
                     Tensor& out);

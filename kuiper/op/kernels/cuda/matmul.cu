@@ -4,6 +4,8 @@
 //    also runs op::linear's fused forms (RMSNorm of x, SwiGLU over stacked gate/up rows,
 //    residual add).
 //  - T == 2 and a plain 16-bit w: the two-row GEMV (gemv_rows.cuh), every fused form.
+//  - 3 to 8 rows and a plain 16-bit w: the multi-row tensor-core GEMV (gemv_rows_mma.cuh), every
+//    fused form, where x's rows fit its shared memory (K up to about 7000).
 //  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 and bf16 (fp32
 //    accumulation), plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference
 //    accuracy).
@@ -12,11 +14,14 @@
 //    type); it keeps every combination the op layer accepts correct.
 #include <cublas_v2.h>
 
+#include <cstdlib>
+
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
 #include "kuiper/op/kernels/cuda/gemv_rows.cuh"
+#include "kuiper/op/kernels/cuda/gemv_rows_mma.cuh"
 
 namespace kuiper::cuda {
 
@@ -164,6 +169,20 @@ Result<bool> plain_gemv_rows(const Tensor& x, const op::Weight& w, const op::Lin
   });
 }
 
+// 3 to 8 rows of x and a plain 16-bit weight through the multi-row tensor-core GEMV
+// (gemv_rows_mma.cuh); false where it does not apply.
+bool rows_mma_off() {
+  static const bool off = std::getenv("KUIPER_NO_ROWS_MMA") != nullptr;  // A/B, not kept
+  return off;
+}
+Result<bool> plain_gemv_rows_mma(const Tensor& x, const op::Weight& w,
+                                 const op::LinearOptions& o, Tensor& out) {
+  if (rows_mma_off()) return false;
+  return gemv_rows_mma(x, w, o, out, [](const op::Weight& weight, auto&& fn) {
+    return visit_plain_reader(weight, fn);
+  });
+}
+
 }  // namespace
 
 Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Tensor& out) {
@@ -176,10 +195,12 @@ Status matmul(const Tensor& x, const op::Weight& weight, const Tensor* bias, Ten
     o.bias = bias;
     return plain_gemv(x, weight, o, out);
   }
-  if (T == kRowsGemvRows) {
+  if (T == kRowsGemvRows || (T >= kRowsMmaMinRows && T <= kRowsMmaMaxRows)) {
     op::LinearOptions o;
     o.bias = bias;
-    KUIPER_ASSIGN_OR_RETURN(const bool ran, plain_gemv_rows(x, weight, o, out));
+    KUIPER_ASSIGN_OR_RETURN(const bool ran, T == kRowsGemvRows
+                                                ? plain_gemv_rows(x, weight, o, out)
+                                                : plain_gemv_rows_mma(x, weight, o, out));
     if (ran) return Status::Ok();
   }
   if (x.dtype() == w.dtype()) return gemm_cublas(x, w, bias, out);
@@ -214,8 +235,10 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
     KUIPER_RETURN_IF_ERROR(plain_gemv(x, weight, o, out));
     return true;
   }
-  if (T == kRowsGemvRows) {
-    KUIPER_ASSIGN_OR_RETURN(const bool ran, plain_gemv_rows(x, weight, o, out));
+  if (T == kRowsGemvRows || (T >= kRowsMmaMinRows && T <= kRowsMmaMaxRows)) {
+    KUIPER_ASSIGN_OR_RETURN(const bool ran, T == kRowsGemvRows
+                                                ? plain_gemv_rows(x, weight, o, out)
+                                                : plain_gemv_rows_mma(x, weight, o, out));
     if (ran) return true;
   }
   // Many rows: only the residual form has a cheaper path than the composition (cuBLAS adds the
@@ -230,7 +253,8 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
 
 bool linear_fuses(int64_t T, int64_t K, const op::Weight& w) {
   if (T == 1) return true;
-  return !w.quantized() && dtype_size(w.values.dtype()) == 2 && gemv_rows_fits(T, K);
+  if (w.quantized() || dtype_size(w.values.dtype()) != 2) return false;
+  return gemv_rows_fits(T, K) || (!rows_mma_off() && gemv_rows_mma_fits(T, K));
 }
 
 }  // namespace kuiper::cuda

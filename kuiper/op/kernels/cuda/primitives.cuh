@@ -142,6 +142,21 @@ Result<int64_t> resident_blocks(int threads, size_t smem) {
   return fit;
 }
 
+// ---- asynchronous copies into shared memory (sm_80+) ----
+
+// Copies 16 bytes global -> shared (dst: a shared-space address) without passing through
+// registers; with valid == false the destination is zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 // ---- programmatic dependent launch ----
 
 // Programmatic dependent launch (PDL, sm_90): a kernel launched by launch_pdl may start while the

@@ -209,6 +209,10 @@ struct PlainReader {
   static bool vectorizable(const WeightView& view) {
     return view.K % kVec == 0 && view.row_bytes % 16 == 0 && aligned16(view.values);
   }
+  // The tensor-core product's pairs (gemv_rows_mma.cuh, multiplying TW as itself): word p of the
+  // chunk, columns 2p and 2p + 1, as stored.
+  static constexpr bool kBiasedPairs = false;
+  static constexpr int pair_col(int p, int h) { return 2 * p + h; }
 };
 
 // kFp8: 16 E4M3 codes a chunk, widened two at a time by the hardware (cvt e4m3x2 -> f16x2,

@@ -31,17 +31,9 @@ __device__ __forceinline__ uint32_t swizzled(const T* tile, int row, int chunk) 
       __cvta_generic_to_shared(tile + row * D + ((chunk ^ (row & 7)) * 8)));
 }
 
-// Copies 16 bytes global -> shared without passing through registers; with valid == false the
-// destination is zero-filled and nothing is read.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+using kuiper::cuda::cp_async16;  // primitives.cuh
+using kuiper::cuda::cp_async_commit;
+using kuiper::cuda::cp_async_wait;
 
 // Where a thread's rows of a K/V tile live in the cache: the thread copies chunk threadIdx.x %
 // (D / 8) of rows threadIdx.x / (D / 8), then every kThreads / (D / 8) rows on. look_up() reads

@@ -1,0 +1,223 @@
+// The product of 3 to 8 rows of x over plain 16-bit weights on tensor cores (batched decode at
+// B = 3 to 8), in every fused form of op::linear, reading the weights once for all the rows.
+//
+// It is the tensor-core GEMV of quantized weights (gemv_mma.cuh: 16-row tiles, the 8 warps of a
+// block splitting K, one mma.sync m16n8k16 per 16 columns with x's rows as the 8 columns of B,
+// the warps' sums added at a tile's end, a persistent grid) with the weights streamed another
+// way. There a lane loads 16 bytes of each of its two rows, so one warp load reads 64 bytes of
+// each of 16 rows; scripts/access_probe.cu measured 8 rows of 64 bytes a load 8-9% slower than
+// the same bytes read contiguously (H100, 2653 against 2879 GB/s), and the plain weights lost to
+// cuBLAS there at 8 rows. Here each warp copies its stages of 16 rows x 128 columns into a ring in
+// shared memory by cp.async, 2 rows x 256 contiguous bytes an instruction, and reads its mma
+// operands out of the ring with 16-byte shared loads: lane (g, c) takes chunk 4r + c of rows g
+// and g + 8, four weight pairs each, for two mma steps, and x's row g at the same columns (which
+// columns fill an mma's k-slots is free as long as A and B agree: gemv_mma.cuh). Stage j of a
+// tile (columns [128 j, 128 j + 128)) belongs to warp j % 8. scripts/mma_rows_probe.cu (the same
+// loop, x staged, no fused forms; H100, cold weights, 8 rows, us against cuBLAS): Qwen3-8B gate+up
+// 72.5 against 74.2, lm_head 415 against 440, q|k|v 22.6 against 22.1, o 16.6 against 15.0.
+//
+// x is staged once a block as gemv_mma stages it (stage_x_pairs: with a norm, rounded as the
+// unfused rmsnorm stores it), after the ring's first stages are asked for (weights only: safe
+// before the PDL wait).
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kuiper/op/kernels/cuda/gemv_mma.cuh"
+
+namespace kuiper::cuda {
+
+constexpr int kRowsMmaMinRows = 3;
+constexpr int kRowsMmaMaxRows = kMmaGemvMaxRows;
+constexpr int kRowsMmaStageCols = 128;  // a stage: 16 rows x 16 chunks of 8 columns
+constexpr int kRowsMmaStageChunks = 16 * 16;
+constexpr int kRowsMmaRing = 3;  // stages a warp has asked for ahead of its mma
+
+// A 16-byte chunk c of a stage's row: moved by 4 on odd rows, so that the 8 lanes of a shared
+// load (rows 2p and 2p + 1, four chunks each) meet distinct banks.
+__device__ __forceinline__ int rows_mma_swizzle(int c, int row) { return c ^ ((row & 1) << 2); }
+
+// Dynamic shared memory: the warps' rings, then x's staged rows (gemv_mma's layout).
+inline int64_t gemv_rows_mma_smem(int64_t T, int64_t K) {
+  return int64_t{kMmaGemvWarps} * kRowsMmaRing * kRowsMmaStageChunks * 16 +
+         gemv_mma_smem(T, K, 8, false);
+}
+
+// What the kernel's static shared memory (the warps' sums, stage_x_pairs' sums of squares)
+// leaves of a block's limit.
+inline Result<int64_t> gemv_rows_mma_smem_limit() {
+  KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
+  return optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps * (2 * 32 * 4 + kMmaGemvMaxRows);
+}
+
+// Whether gemv_rows_mma takes T rows of x of K columns over a plain 16-bit weight (x's rows
+// 16-byte aligned, x and out of the weight's type or fp32 where op::linear allows).
+inline bool gemv_rows_mma_fits(int64_t T, int64_t K) {
+  if (T < kRowsMmaMinRows || T > kRowsMmaMaxRows || K % kRowsMmaStageCols != 0) return false;
+  const Result<int64_t> limit = gemv_rows_mma_smem_limit();
+  return limit.ok() && gemv_rows_mma_smem(T, K) <= limit.value();
+}
+
+template <typename TW, typename TX, typename TO>
+__global__ void __launch_bounds__(kMmaGemvThreads, 1)
+    gemv_rows_mma_kernel(const GemvArgs a, int tiles) {
+  extern __shared__ __align__(16) float smem[];
+  __shared__ float sums[2][kMmaGemvWarps][32][4];
+  using Reader = PlainReader<TW>;
+  using Layout = MmaXs<Reader::kVec>;
+  static_assert(Reader::kVec == 8, "16-bit weights: 8 columns a chunk");
+  constexpr int kRing = kRowsMmaRing;
+  uint4* ring = reinterpret_cast<uint4*>(smem);  // [warp][kRing][16 rows][16 chunks]
+  uint32_t* xs = reinterpret_cast<uint32_t*>(ring + kMmaGemvWarps * kRing * kRowsMmaStageChunks);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
+  const int stages = K / kRowsMmaStageCols;
+  const int per_tile = stages > warp ? (stages - warp + kMmaGemvWarps - 1) / kMmaGemvWarps : 0;
+  const int workers = stages < kMmaGemvWarps ? stages : kMmaGemvWarps;
+  const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+  uint4* my_ring = ring + warp * kRing * kRowsMmaStageChunks;
+
+  // The lane's copies: chunk lane % 16 of stage rows 2i + lane / 16 (i < 8), each row of the
+  // tile being row[r / 8] of MmaTileRows for g = r % 8 (8 gate and 8 up rows for SwiGLU).
+  const char* load_row[8];
+  bool load_valid[8];
+  int load_tile = 0, load_m = 0, load_slot = 0;
+  auto set_load_rows = [&]() {
+    const int tile = static_cast<int>(blockIdx.x) + load_tile * gridDim.x;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = 2 * i + lane / 16;
+      const MmaTileRows t(a, tile, r % 8);
+      load_valid[i] = t.valid[r / 8];
+      load_row[i] = static_cast<const char*>(a.w.values) +
+                    (load_valid[i] ? t.row[r / 8] : 0) * a.w.row_bytes;
+    }
+  };
+  auto issue = [&]() {  // the warp's next stage, or an empty group past its last
+    if (load_tile < my_tiles) {
+      const int chunk = (warp + kMmaGemvWarps * load_m) * 16 + lane % 16;
+      uint4* buf = my_ring + load_slot * kRowsMmaStageChunks;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int r = 2 * i + lane / 16;
+        cp_async16(static_cast<uint32_t>(
+                       __cvta_generic_to_shared(buf + r * 16 + rows_mma_swizzle(lane % 16, r))),
+                   load_row[i] + static_cast<int64_t>(chunk) * 16, load_valid[i]);
+      }
+      load_slot = load_slot + 1 == kRing ? 0 : load_slot + 1;
+      if (++load_m == per_tile) {
+        load_m = 0;
+        if (++load_tile < my_tiles) set_load_rows();
+      }
+    }
+    cp_async_commit();
+  };
+  if (per_tile > 0) {
+    set_load_rows();
+#pragma unroll
+    for (int j = 0; j < kRing - 1; ++j) issue();  // weights only: safe before the previous kernel ends
+  }
+  grid_dependency_wait();
+  grid_launch_dependents();
+  stage_x_pairs<Reader, TW, TX, TW>(a, xs, nullptr);
+
+  const int x_n = g < T ? g : T - 1;  // this lane's column of B
+  const uint32_t* x_row = xs + x_n * Layout::row_pairs(K);
+  auto end_tile = [&](int i) {  // every warp, once per tile, in tile order
+    __syncthreads();
+    if (i % kMmaGemvWarps == warp) {
+      mma_gemv_epilogue<TO>(a, MmaTileRows(a, static_cast<int>(blockIdx.x) + i * gridDim.x, g),
+                            sums[i & 1], workers, lane);
+    }
+  };
+  if (per_tile == 0) {  // K has fewer stages than the block has warps: barriers only
+    for (int i = 0; i < my_tiles; ++i) end_tile(i);
+    return;
+  }
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int tile = 0, m = 0, slot = 0;
+  const int total = my_tiles * per_tile;
+  for (int s = 0; s < total; ++s) {
+    issue();  // stage s + kRing - 1, into the slot stage s - 1 freed
+    cp_async_wait<kRing - 1>();
+    __syncwarp();  // every lane's copies of stage s are in
+    const uint4* buf = my_ring + slot * kRowsMmaStageChunks;
+    const int q0 = (warp + kMmaGemvWarps * m) * 16;  // the stage's first chunk of a row
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int q = 4 * r + c;
+      const uint4 lo = buf[g * 16 + rows_mma_swizzle(q, g)];
+      const uint4 hi = buf[(g + 8) * 16 + rows_mma_swizzle(q, g + 8)];
+      const uint4 b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q0 + q, 0, x_n));
+      const uint32_t step0[4] = {lo.x, hi.x, lo.y, hi.y};
+      TensorCore<TW>::mma(acc, step0, b.x, b.y);
+      const uint32_t step1[4] = {lo.z, hi.z, lo.w, hi.w};
+      TensorCore<TW>::mma(acc, step1, b.z, b.w);
+    }
+    __syncwarp();  // the slot is read: the next issue may overwrite it
+    slot = slot + 1 == kRing ? 0 : slot + 1;
+    if (++m == per_tile) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sums[tile & 1][warp][lane][i] = acc[i];
+        acc[i] = 0.0f;
+      }
+      end_tile(tile);
+      m = 0;
+      ++tile;
+    }
+  }
+}
+
+// The product of kRowsMmaMinRows to kRowsMmaMaxRows rows of x through gemv_rows_mma_kernel where
+// it applies: a plain 16-bit weight read in whole chunks, x of the weight's type (or fp32 into
+// the norm forms), out of the weight's type or fp32, x's rows 16-byte aligned and
+// gemv_rows_mma_fits. true when it ran; false: the caller's other path must.
+template <typename VisitReader>
+Result<bool> gemv_rows_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
+                           Tensor& out, VisitReader&& visit_reader) {
+  GemvArgs a = gemv_args(x, w, o, out);
+  if (a.fp8_activations || !gemv_rows_mma_fits(a.T, a.K) || a.N >= (int64_t{1} << 30)) {
+    return false;
+  }
+  KUIPER_ASSIGN_OR_RETURN(const int64_t smem_limit, gemv_rows_mma_smem_limit());
+  bool ran = false;
+  KUIPER_RETURN_IF_ERROR(visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag,
+                                                                            auto out_tag) {
+    using TX = typename std::decay_t<decltype(x_tag)>::type;
+    using TO = typename std::decay_t<decltype(out_tag)>::type;
+    return visit_reader(w, [&](auto reader_tag) -> Status {
+      using Reader = typename std::decay_t<decltype(reader_tag)>::type;
+      using TW = typename Reader::Weight;
+      constexpr bool kTakes = sizeof(TW) == 2 &&
+                              (std::is_same_v<TX, TW> || std::is_same_v<TX, float>) &&
+                              (std::is_same_v<TO, TW> || std::is_same_v<TO, float>) &&
+                              !(std::is_same_v<TX, float> && std::is_same_v<TO, float>);
+      if constexpr (!kTakes) {
+        return Status::Ok();
+      } else {
+        if (std::is_same_v<TX, float> && a.norm == nullptr) return Status::Ok();
+        a.w_vectorized = Reader::vectorizable(a.w);
+        a.x_vectorized = aligned16(x.raw());
+        if (!a.w_vectorized || !a.x_vectorized) return Status::Ok();
+        constexpr auto kKernel = gemv_rows_mma_kernel<TW, TX, TO>;
+        KUIPER_RETURN_IF_ERROR(allow_shared_memory<kKernel>(static_cast<size_t>(smem_limit)));
+        const int64_t smem = gemv_rows_mma_smem(a.T, a.K);
+        const int64_t tiles = a.swiglu ? (a.N + 7) / 8 : (a.N + 15) / 16;
+        KUIPER_ASSIGN_OR_RETURN(const int64_t fit, resident_blocks<kKernel>(
+                                                       kMmaGemvThreads, static_cast<size_t>(smem)));
+        const int64_t per_block = (tiles + fit - 1) / fit;
+        const int64_t blocks = (tiles + per_block - 1) / per_block;
+        ran = true;
+        return launch_pdl(kKernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaGemvThreads),
+                          static_cast<size_t>(smem), "multi-row tensor-core gemv kernel launch",
+                          a, static_cast<int>(tiles));
+      }
+    });
+  }));
+  return ran;
+}
+
+}  // namespace kuiper::cuda
