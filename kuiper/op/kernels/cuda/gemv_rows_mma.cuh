@@ -16,7 +16,7 @@
 // loop, x staged, no fused forms; H100, cold weights, 8 rows, us against cuBLAS): Qwen3-8B gate+up
 // 72.5 against 74.2, lm_head 415 against 440, q|k|v 22.6 against 22.1, o 16.6 against 15.0.
 //
-// x is staged once a block as gemv_mma stages it (stage_x_pairs: with a norm, rounded as the
+// x is staged once a block in gemv_mma's layout (stage_rows_x: with a norm, rounded as the
 // unfused rmsnorm stores it), after the ring's first stages are asked for (weights only: safe
 // before the PDL wait).
 #pragma once
@@ -44,8 +44,8 @@ inline int64_t gemv_rows_mma_smem(int64_t T, int64_t K) {
          gemv_mma_smem(T, K, 8, false);
 }
 
-// What the kernel's static shared memory (the warps' sums, stage_x_pairs' sums of squares)
-// leaves of a block's limit.
+// What the kernel's static shared memory (the warps' sums, stage_rows_x's 1 / rms) leaves of a
+// block's limit.
 inline Result<int64_t> gemv_rows_mma_smem_limit() {
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
   return optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps * (2 * 32 * 4 + kMmaGemvMaxRows);
@@ -57,6 +57,81 @@ inline bool gemv_rows_mma_fits(int64_t T, int64_t K) {
   if (T < kRowsMmaMinRows || T > kRowsMmaMaxRows || K % kRowsMmaStageCols != 0) return false;
   const Result<int64_t> limit = gemv_rows_mma_smem_limit();
   return limit.ok() && gemv_rows_mma_smem(T, K) <= limit.value();
+}
+
+// Stages rows [0, T) of x into xs (MmaXs<8>: PlainReader's pairs are a row's columns in order)
+// as TW. Without a norm x is TW and is copied as it lies, by cp.async with every unit in flight
+// at once (this waits for the ring's first stages too). With one, warp n first adds up row n's
+// squares, then each thread writes weight * (x / rms) rounded to TW (as the unfused rmsnorm
+// stores it) for its units, four loaded before the first is written. stage_x_pairs (gemv_mma.cuh)
+// loads one unit at a time: at 8 rows of 4096 that is 16 to 32 round trips to L2 a block, which
+// the 8-row products could not afford. Ends with a barrier.
+template <typename TW, typename TX>
+__device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs) {
+  __shared__ float inv_rms[kMmaGemvMaxRows];
+  constexpr int kInFlight = 4;
+  const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
+  const int units = K / 8, pairs = MmaXs<8>::row_pairs(K), total = T * units;
+  const TX* x = static_cast<const TX*>(a.x);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (a.norm == nullptr) {
+    for (int i = threadIdx.x; i < total; i += kMmaGemvThreads) {
+      const int n = i / units, u = i - n * units;
+      cp_async16(static_cast<uint32_t>(__cvta_generic_to_shared(xs + n * pairs + 4 * u)),
+                 x + static_cast<int64_t>(n) * K + 8 * u, true);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    return;
+  }
+  if (warp < T) {
+    const TX* row = x + static_cast<int64_t>(warp) * K;
+    float local = 0.0f;
+    for (int u0 = lane; u0 < units; u0 += kInFlight * 32) {
+      float f[kInFlight][8];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        const int u = u0 + 32 * k;
+        load8(row + 8 * (u < units ? u : 0), true, f[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) {
+        if (u0 + 32 * k >= units) break;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) local += f[k][e] * f[k][e];
+      }
+    }
+    local = warp_sum(local);
+    if (lane == 0) inv_rms[warp] = 1.0f / sqrtf(local / static_cast<float>(K) + a.eps);
+  }
+  __syncthreads();
+  for (int i0 = threadIdx.x; i0 < total; i0 += kInFlight * kMmaGemvThreads) {
+    float f[kInFlight][8], weight[kInFlight][8];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      const int i = i0 + k * kMmaGemvThreads < total ? i0 + k * kMmaGemvThreads : 0;
+      const int n = i / units, u = i - n * units;
+      load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f[k]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) weight[k][e] = load_as_float(a.norm, a.norm_dtype, 8 * u + e);
+    }
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      const int i = i0 + k * kMmaGemvThreads;
+      if (i >= total) break;
+      const int n = i / units, u = i - n * units;
+      const float inv = inv_rms[n];
+      uint32_t p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = pack_pair<TW>(weight[k][2 * e] * (f[k][2 * e] * inv),
+                             weight[k][2 * e + 1] * (f[k][2 * e + 1] * inv));
+      }
+      *reinterpret_cast<uint4*>(xs + n * pairs + 4 * u) = make_uint4(p[0], p[1], p[2], p[3]);
+    }
+  }
+  __syncthreads();
 }
 
 template <typename TW, typename TX, typename TO>
@@ -121,7 +196,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   }
   grid_dependency_wait();
   grid_launch_dependents();
-  stage_x_pairs<Reader, TW, TX, TW>(a, xs, nullptr);
+  stage_rows_x<TW, TX>(a, xs);
 
   const int x_n = g < T ? g : T - 1;  // this lane's column of B
   const uint32_t* x_row = xs + x_n * Layout::row_pairs(K);
