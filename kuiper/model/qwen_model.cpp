@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iterator>
 #include <numeric>
 #include <utility>
@@ -439,7 +440,9 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   const bool stacked_qkv = L.qkv_proj.defined() && !one_token && pass.rope_axes_equal;
   // 2 to 8 rows (as many sequences decoding) take the fused forms too where one kernel runs them
   // (op::linear_fuses: plain 16-bit weights, gemv_rows.cuh and gemv_rows_mma.cuh).
-  const bool fused_rows = stacked_qkv && T >= 2 && T <= 8 && L.gate_up_proj.defined() &&
+  static const bool unfused_asked = std::getenv("KUIPER_ROWS_UNFUSED") != nullptr;  // A/B
+  const bool fused_rows = stacked_qkv && T >= 2 && T <= (unfused_asked ? 2 : 8) &&
+                          L.gate_up_proj.defined() &&
                           ws.qkv.dtype() == L.qkv_proj.values.dtype() &&
                           op::linear_fuses(T, c.hidden_size, L.qkv_proj) &&
                           op::linear_fuses(T, c.hidden_size, L.gate_up_proj);
