@@ -446,7 +446,10 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
                           ws.qkv.dtype() == L.qkv_proj.values.dtype() &&
                           op::linear_fuses(T, c.hidden_size, L.qkv_proj) &&
                           op::linear_fuses(T, c.hidden_size, L.gate_up_proj);
-  if (fused || fused_rows) {
+  // A/B (temporary): at 3 to 8 rows keep the RMSNorm kernels, fusing only SwiGLU.
+  static const bool norm_apart_asked = std::getenv("KUIPER_ROWS_NORM_APART") != nullptr;
+  const bool norm_apart = norm_apart_asked && T >= 3;
+  if (fused || (fused_rows && !norm_apart)) {
     op::LinearOptions qkv;
     qkv.norm = &L.input_norm;
     qkv.eps = eps;
@@ -510,7 +513,12 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   op::LinearOptions residual;
   residual.residual = true;
   KUIPER_RETURN_IF_ERROR(op::linear(attn, L.o_proj, residual, x));
-  if (L.gate_up_proj.defined() && (one_token || fused_rows)) {
+  if (L.gate_up_proj.defined() && fused_rows && norm_apart) {
+    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
+    op::LinearOptions mlp;
+    mlp.swiglu = true;
+    KUIPER_RETURN_IF_ERROR(op::linear(h, L.gate_up_proj, mlp, gate));
+  } else if (L.gate_up_proj.defined() && (one_token || fused_rows)) {
     op::LinearOptions mlp;
     mlp.norm = &L.post_norm;
     mlp.eps = eps;
