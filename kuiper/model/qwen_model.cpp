@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <iterator>
 #include <numeric>
 #include <utility>
@@ -430,26 +429,25 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   // The GPU reads the stacked matrices (see Layer). One token (the one-token workspace) through
   // op::linear's fused forms: the RMSNorms ride in the GEMVs that follow them, SwiGLU in the
   // gate/up GEMV and the residual adds in the o and down GEMVs. More rows keep the norms apart
-  // and run one GEMM per stack (cuBLAS; the weights read once for every row of the pass, and one
-  // q|k|v GEMM fills the GPU where k and v alone, 1024 columns, leave most of it idle), the
-  // q/k/v split riding in the attention-input kernel and the gate/up split in SwiGLU. The CPU
+  // (but for two rows, below) and run one product per stack (2 to 8 rows the multi-row GEMVs, more
+  // cuBLAS; the weights read once for every row of the pass, and one q|k|v GEMM fills the GPU
+  // where k and v alone, 1024 columns, leave most of it idle), the q/k/v split riding in the
+  // attention-input kernel and the gate/up split in SwiGLU (or, for 2 to 8 rows, in the gate/up
+  // product's epilogue). The CPU
   // keeps separate matrices, and Qwen3-VL's M-RoPE separate q, k and v; so do quantized parts
   // whose scale blocks straddle them, each stack on its own.
   const bool one_token = ws.capacity == 1;
-  const bool fused = L.qkv_proj.defined() && one_token;
   const bool stacked_qkv = L.qkv_proj.defined() && !one_token && pass.rope_axes_equal;
-  // 2 to 8 rows (as many sequences decoding) take the fused forms too where one kernel runs them
-  // (op::linear_fuses: plain 16-bit weights, gemv_rows.cuh and gemv_rows_mma.cuh).
-  static const bool unfused_asked = std::getenv("KUIPER_ROWS_UNFUSED") != nullptr;  // A/B
-  const bool fused_rows = stacked_qkv && T >= 2 && T <= (unfused_asked ? 2 : 8) &&
-                          L.gate_up_proj.defined() &&
+  // 2 to 8 rows (as many sequences decoding) take fused forms too where one kernel runs them
+  // (op::linear_fuses: plain 16-bit weights; gemv_rows.cuh at two rows, gemv_rows_mma.cuh at 3 to
+  // 8): the residual adds and SwiGLU, and at two rows the RMSNorms (at 3 to 8 the RMSNorm kernels
+  // measured faster than staging x's fp32 rows normalised in every block; docs/PERFORMANCE.md).
+  const bool fused_rows = stacked_qkv && T >= 2 && T <= 8 && L.gate_up_proj.defined() &&
                           ws.qkv.dtype() == L.qkv_proj.values.dtype() &&
                           op::linear_fuses(T, c.hidden_size, L.qkv_proj) &&
                           op::linear_fuses(T, c.hidden_size, L.gate_up_proj);
-  // A/B (temporary): at 3 to 8 rows keep the RMSNorm kernels, fusing only SwiGLU.
-  static const bool norm_apart_asked = std::getenv("KUIPER_ROWS_NORM_APART") != nullptr;
-  const bool norm_apart = norm_apart_asked && T >= 3;
-  if (fused || (fused_rows && !norm_apart)) {
+  const bool fold_norms = one_token || (fused_rows && T == 2);
+  if (L.qkv_proj.defined() && fold_norms) {
     op::LinearOptions qkv;
     qkv.norm = &L.input_norm;
     qkv.eps = eps;
@@ -513,17 +511,17 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   op::LinearOptions residual;
   residual.residual = true;
   KUIPER_RETURN_IF_ERROR(op::linear(attn, L.o_proj, residual, x));
-  if (L.gate_up_proj.defined() && fused_rows && norm_apart) {
-    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
-    op::LinearOptions mlp;
-    mlp.swiglu = true;
-    KUIPER_RETURN_IF_ERROR(op::linear(h, L.gate_up_proj, mlp, gate));
-  } else if (L.gate_up_proj.defined() && (one_token || fused_rows)) {
+  if (L.gate_up_proj.defined() && fold_norms) {
     op::LinearOptions mlp;
     mlp.norm = &L.post_norm;
     mlp.eps = eps;
     mlp.swiglu = true;
     KUIPER_RETURN_IF_ERROR(op::linear(x, L.gate_up_proj, mlp, gate));
+  } else if (fused_rows) {
+    KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
+    op::LinearOptions mlp;
+    mlp.swiglu = true;
+    KUIPER_RETURN_IF_ERROR(op::linear(h, L.gate_up_proj, mlp, gate));
   } else if (L.gate_up_proj.defined()) {
     KUIPER_RETURN_IF_ERROR(op::rmsnorm(x, L.post_norm, eps, h));
     Tensor gate_up = ws.gate_up.rows(0, T);

@@ -14,8 +14,6 @@
 //    type); it keeps every combination the op layer accepts correct.
 #include <cublas_v2.h>
 
-#include <cstdlib>
-
 #include "kuiper/base/allocator.h"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
@@ -171,13 +169,8 @@ Result<bool> plain_gemv_rows(const Tensor& x, const op::Weight& w, const op::Lin
 
 // 3 to 8 rows of x and a plain 16-bit weight through the multi-row tensor-core GEMV
 // (gemv_rows_mma.cuh); false where it does not apply.
-bool rows_mma_off() {
-  static const bool off = std::getenv("KUIPER_NO_ROWS_MMA") != nullptr;  // A/B, not kept
-  return off;
-}
 Result<bool> plain_gemv_rows_mma(const Tensor& x, const op::Weight& w,
                                  const op::LinearOptions& o, Tensor& out) {
-  if (rows_mma_off()) return false;
   return gemv_rows_mma(x, w, o, out, [](const op::Weight& weight, auto&& fn) {
     return visit_plain_reader(weight, fn);
   });
@@ -254,7 +247,7 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
 bool linear_fuses(int64_t T, int64_t K, const op::Weight& w) {
   if (T == 1) return true;
   if (w.quantized() || dtype_size(w.values.dtype()) != 2) return false;
-  return gemv_rows_fits(T, K) || (!rows_mma_off() && gemv_rows_mma_fits(T, K));
+  return gemv_rows_fits(T, K) || gemv_rows_mma_fits(T, K);
 }
 
 }  // namespace kuiper::cuda
