@@ -397,8 +397,10 @@ std::vector<OpCase> quantized_cases(bool brief) {
             // fp32 logits from 16-bit x: past the row-wise GEMV, the weights are dequantized
             // into x's dtype for the GEMM (ops.h allows it), which costs x's precision.
             // FP8 activations: where the CPU's fp32 norm and the GPU's 16-bit one straddle an
-            // FP8 rounding boundary, x's codes differ by a step (2^-3 of a value at most).
-            const Tolerance tol = fp8_activations ? Tolerance{4e-3, 1.6e-2, 3.2e-2}
+            // FP8 rounding boundary, x's codes differ by a step (2^-3 of a value at most); in
+            // bf16 that happens often enough that SwiGLU, the product of two such sums, has been
+            // seen 3.2% off (the 16-bit roundings of gate and up on top): 4% for bf16.
+            const Tolerance tol = fp8_activations ? Tolerance{4e-3, 1.6e-2, 4e-2}
                                                   : Tolerance{1e-4, 4e-3, 3.2e-2};
             if (form == 0 && act != DataType::kFp32) y.tolerance = tol.of(act);
             cases.push_back(
