@@ -9,8 +9,9 @@
 // lane turns two weights into one 16-bit pair register in one to three logic ops (the readers'
 // pair<T16>, weight_readers.cuh) and mma.sync m16n8k16 multiplies 256 weights by up to 8 rows of
 // x at once, accumulating in fp32. The same pass serves T rows of x: the weights are read once
-// for the whole small batch. (Plain 16-bit weights keep the one-row GEMV and cuBLAS: at 2 to 8
-// rows this kernel measured no faster than cuBLAS on them.)
+// for the whole small batch. (Plain 16-bit weights keep the one-row GEMV, the two-row GEMV and,
+// for 3 to 8 rows, gemv_rows_mma.cuh, which streams them through shared memory: on this kernel's
+// loads they measured no faster than cuBLAS.)
 //
 // How the work maps onto mma.sync. A tile is 16 weight rows (8 gate and the matching 8 up rows
 // for SwiGLU); the 8 warps of a block split K. Lane (g, c) = (lane / 4, lane % 4) streams, 16

@@ -7,9 +7,8 @@
 // within each row, one row after another: kRows x K floats, rows past T zero), times the norm
 // weight for the RMSNorm forms, with each row's sum of squares for its 1 / rms; a persistent
 // grid of as many blocks as fit. Written for kRows staged rows; launched for two only: at 4 and 8
-// rows it lost to cuBLAS in the model (8 staged fp32 rows leave one block an SM), and the
-// tensor-core GEMV (gemv_mma.cuh) lost on plain weights at 2 to 8 (docs/PERFORMANCE.md, issue
-// 13's section).
+// rows it lost to cuBLAS in the model (8 staged fp32 rows leave one block an SM); 3 to 8 rows
+// take gemv_rows_mma.cuh (docs/PERFORMANCE.md, issue 13's section).
 #pragma once
 
 #include <algorithm>

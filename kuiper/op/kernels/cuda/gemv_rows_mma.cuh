@@ -12,9 +12,11 @@
 // operands out of the ring with 16-byte shared loads: lane (g, c) takes chunk 4r + c of rows g
 // and g + 8, four weight pairs each, for two mma steps, and x's row g at the same columns (which
 // columns fill an mma's k-slots is free as long as A and B agree: gemv_mma.cuh). Stage j of a
-// tile (columns [128 j, 128 j + 128)) belongs to warp j % 8. scripts/mma_rows_probe.cu (the same
-// loop, x staged, no fused forms; H100, cold weights, 8 rows, us against cuBLAS): Qwen3-8B gate+up
-// 72.5 against 74.2, lm_head 415 against 440, q|k|v 22.6 against 22.1, o 16.6 against 15.0.
+// tile (columns [128 j, 128 j + 128)) belongs to warp j % 8. H100, Qwen3-8B fp16, cold weights,
+// 8 rows, us against cuBLAS (kuiper-bench --matmul-only): q|k|v 20.0 against 22.6, o 14.3 against
+// 15.4, gate+up 70.9 against 74.7, lm_head 414.6 against 437.1. In the model the RMSNorms stay
+// apart at these rows (qwen_model.cpp; staging 8 fp32 rows normalised cost more than the norm
+// kernel), SwiGLU and the residual add ride in the epilogue.
 //
 // x is staged once a block in gemv_mma's layout (stage_rows_x: with a norm, rounded as the
 // unfused rmsnorm stores it), after the ring's first stages are asked for (weights only: safe
