@@ -128,8 +128,8 @@ Status linear(const Tensor& x, const Weight& w, const LinearOptions& options, Te
 // Whether op::linear runs every form for T rows of x of K columns over w (on w's device, x's
 // rows 16-byte aligned) as one kernel, with no intermediate tensors, so that a captured graph may
 // call it: on CUDA one row always; two rows of a plain 16-bit w of K a multiple of 8 up to 25600,
-// and 3 to 8 rows of K a multiple of 128 up to about 7000, whose x and out are w's dtype or fp32
-// where the forms allow; never on the CPU.
+// and 3 to 8 rows of K a multiple of 128 (past about 7000 split over blocks, up to 16 parts),
+// whose x and out are w's dtype or fp32 where the forms allow; never on the CPU.
 bool linear_fuses(int64_t T, int64_t K, const Weight& w);
 
 // Attention input preparation for T tokens, fused on the GPU: the per-head RMSNorm of q and k

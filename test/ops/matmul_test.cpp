@@ -110,11 +110,13 @@ KUIPER_OP_BACKEND_TEST(Matmul, matmul_cases)
 std::vector<OpCase> linear_cases() {
   // 6144 rows make between one and two SM-fuls of GEMV blocks on an H100 (the 4-load form), or
   // with SwiGLU and an fp32 x three tiles a block on the persistent grid; 20001 rows put five
-  // tiles on each block there, the last one partial.
+  // tiles on each block there, the last one partial. 3 to 8 rows of a long K split each tile over
+  // several blocks (split_k.cuh; on an H100 8 rows of 12288 columns in 2, 4 rows of 16384 in 2,
+  // with SwiGLU two tiles a block).
   const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129}, {1, 12288, 64},
                           {1, 512, 6144}, {1, 256, 20001}, {5, 256, 96},  {2, 2048, 101},
                           {2, 1024, 3000}, {2, 256, 20001}, {8, 1024, 203}, {4, 384, 3000},
-                          {7, 2048, 101}};
+                          {7, 2048, 101}, {8, 12288, 200}, {4, 16384, 600}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {

@@ -237,20 +237,23 @@ struct MmaTileRows {
   }
 };
 
-// One tile's outputs from the warps' partial sums (sums[warp][lane][4], `workers` warps), for
-// the lane's C fragment: v[h] is (row[0], x row 2c + h), v[2 + h] is (row[1], x row 2c + h).
-// Every intermediate is rounded to TO where the unfused ops would store it, as in the one-row
-// GEMV.
-template <typename TO>
-__device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t,
-                                  const float (*sums)[32][4], int workers, int lane) {
-  const int c = lane % 4;
-  float v[4];
+// The lane's C fragment of a tile from the warps' partial sums (sums[warp][lane][4], `workers`
+// warps, added in warp order): v[h] is (row[0], x row 2c + h), v[2 + h] is (row[1], x row 2c + h).
+__device__ __forceinline__ void mma_gemv_sum(const float (*sums)[32][4], int workers, int lane,
+                                             float (&v)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     v[i] = 0.0f;
     for (int w = 0; w < workers; ++w) v[i] += sums[w][lane][i];
   }
+}
+
+// Stores one tile's outputs from the lane's C fragment v (mma_gemv_sum). Every intermediate is
+// rounded to TO where the unfused ops would store it, as in the one-row GEMV.
+template <typename TO>
+__device__ void mma_gemv_store(const GemvArgs& a, const MmaTileRows& t, const float (&v)[4],
+                               int lane) {
+  const int c = lane % 4;
   auto finish = [&](float value, int r) {
     if (a.bias != nullptr) value += load_as_float(a.bias, a.bias_dtype, t.row[r]);
     return to_float(from_float<TO>(value));
@@ -274,6 +277,15 @@ __device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t,
       out[t.row[r]] = from_float<TO>(value);
     }
   }
+}
+
+// A tile's sums and outputs, for a block that holds all of K.
+template <typename TO>
+__device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t,
+                                  const float (*sums)[32][4], int workers, int lane) {
+  float v[4];
+  mma_gemv_sum(sums, workers, lane, v);
+  mma_gemv_store<TO>(a, t, v, lane);
 }
 
 // A persistent grid: block b takes tiles b, b + gridDim.x, ... with x staged once. Warp w takes
@@ -469,12 +481,17 @@ Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K, bool extra) {
   return int64_t{1};
 }
 
+// The tiles of a product: 16 weight rows, or 8 gate and 8 up rows for SwiGLU.
+inline int64_t gemv_mma_tiles(const GemvArgs& a) {
+  return a.swiglu ? (a.N + 7) / 8 : (a.N + 15) / 16;
+}
+
 // Launches gemv_mma_kernel over x's rows, `per_launch` at a time (each launch reads the weights
 // once), on a persistent grid: as many blocks as fit at once, each taking the same number of
 // tiles (give or take one for the last).
 template <typename Reader, typename T16, typename TX, typename TO>
 Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
-  const int64_t tiles = a.swiglu ? (a.N + 7) / 8 : (a.N + 15) / 16;
+  const int64_t tiles = gemv_mma_tiles(a);
   const int64_t T = a.T;
   for (int64_t t0 = 0; t0 < T; t0 += per_launch) {
     GemvArgs b = a;

@@ -14,9 +14,10 @@
 // columns fill an mma's k-slots is free as long as A and B agree: gemv_mma.cuh). Stage j of a
 // tile (columns [128 j, 128 j + 128)) belongs to warp j % 8. H100, Qwen3-8B fp16, cold weights,
 // 8 rows, us against cuBLAS (kuiper-bench --matmul-only): q|k|v 20.0 against 22.6, o 14.3 against
-// 15.4, gate+up 70.9 against 74.7, lm_head 414.6 against 437.1. In the model the RMSNorms stay
-// apart at these rows (qwen_model.cpp; staging 8 fp32 rows normalised cost more than the norm
-// kernel), SwiGLU and the residual add ride in the epilogue.
+// 15.4, gate+up 70.9 against 74.7, lm_head 414.6 against 437.1; down_proj (K = 12288, each tile
+// split over 2 blocks, split_k.cuh, for x to fit) 39.1 against 40.4. In the model the RMSNorms
+// stay apart at these rows (qwen_model.cpp; staging 8 fp32 rows normalised cost more than the
+// norm kernel), SwiGLU and the residual add ride in the epilogue.
 //
 // x is staged once a block in gemv_mma's layout (stage_rows_x: with a norm, rounded as the
 // unfused rmsnorm stores it), after the ring's first stages are asked for (weights only: safe
@@ -27,6 +28,7 @@
 #include <type_traits>
 
 #include "kuiper/op/kernels/cuda/gemv_mma.cuh"
+#include "kuiper/op/kernels/cuda/split_k.cuh"
 
 namespace kuiper::cuda {
 
@@ -53,12 +55,27 @@ inline Result<int64_t> gemv_rows_mma_smem_limit() {
   return optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps * (2 * 32 * 4 + kMmaGemvMaxRows);
 }
 
-// Whether gemv_rows_mma takes T rows of x of K columns over a plain 16-bit weight (x's rows
-// 16-byte aligned, x and out of the weight's type or fp32 where op::linear allows).
-inline bool gemv_rows_mma_fits(int64_t T, int64_t K) {
-  if (T < kRowsMmaMinRows || T > kRowsMmaMaxRows || K % kRowsMmaStageCols != 0) return false;
+// The blocks a tile of gemv_rows_mma is split over (split_k.cuh) for T rows of x of K columns
+// over `rows` weight rows: 1 where T staged rows of x fit a block (8 rows of K up to about 7000),
+// else the fewest splits whose columns do (8 rows of Qwen3-8B's down_proj, K = 12288: 2); 0
+// where none does.
+inline int gemv_rows_mma_splits(int64_t T, int64_t K, int64_t rows) {
+  if (K % kRowsMmaStageCols != 0 || K % kSplitKColumns != 0) return 0;
   const Result<int64_t> limit = gemv_rows_mma_smem_limit();
-  return limit.ok() && gemv_rows_mma_smem(T, K) <= limit.value();
+  if (!limit.ok()) return 0;
+  const int64_t pieces = K / kSplitKColumns, tiles = (rows + 15) / 16;
+  for (int64_t S = 1; S <= std::min<int64_t>(kSplitKMaxSplits, pieces); ++S) {
+    const int64_t columns = (pieces + S - 1) / S * kSplitKColumns;
+    if (gemv_rows_mma_smem(T, columns) > limit.value()) continue;
+    return S == 1 || tiles * S <= kSplitKMaxItems ? static_cast<int>(S) : 0;
+  }
+  return 0;
+}
+
+// Whether gemv_rows_mma takes T rows of x of K columns over a plain 16-bit weight of `rows` rows
+// (x's rows 16-byte aligned, x and out of the weight's type or fp32 where op::linear allows).
+inline bool gemv_rows_mma_fits(int64_t T, int64_t K, int64_t rows) {
+  return T >= kRowsMmaMinRows && T <= kRowsMmaMaxRows && gemv_rows_mma_splits(T, K, rows) > 0;
 }
 
 // Stages rows [0, T) of x into xs (MmaXs<8>: PlainReader's pairs are a row's columns in order)
@@ -67,20 +84,22 @@ inline bool gemv_rows_mma_fits(int64_t T, int64_t K) {
 // squares, then each thread writes weight * (x / rms) rounded to TW (as the unfused rmsnorm
 // stores it) for its units, four loaded before the first is written. stage_x_pairs (gemv_mma.cuh)
 // loads one unit at a time: at 8 rows of 4096 that is 16 to 32 round trips to L2 a block, which
-// the 8-row products could not afford. Ends with a barrier.
+// the 8-row products could not afford. Only columns [k0, k0 + Ks) are staged (a split of K:
+// split_k.cuh), as if they were the whole row; a norm's 1 / rms still comes from all K. Ends with
+// a barrier.
 template <typename TW, typename TX>
-__device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs) {
+__device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs, int k0, int Ks) {
   __shared__ float inv_rms[kMmaGemvMaxRows];
   constexpr int kInFlight = 4;
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
-  const int units = K / 8, pairs = MmaXs<8>::row_pairs(K), total = T * units;
+  const int units = Ks / 8, pairs = MmaXs<8>::row_pairs(Ks), total = T * units;
   const TX* x = static_cast<const TX*>(a.x);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (a.norm == nullptr) {
     for (int i = threadIdx.x; i < total; i += kMmaGemvThreads) {
       const int n = i / units, u = i - n * units;
       cp_async16(static_cast<uint32_t>(__cvta_generic_to_shared(xs + n * pairs + 4 * u)),
-                 x + static_cast<int64_t>(n) * K + 8 * u, true);
+                 x + static_cast<int64_t>(n) * K + k0 + 8 * u, true);
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -90,16 +109,17 @@ __device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs) {
   if (warp < T) {
     const TX* row = x + static_cast<int64_t>(warp) * K;
     float local = 0.0f;
-    for (int u0 = lane; u0 < units; u0 += kInFlight * 32) {
+    const int row_units = K / 8;
+    for (int u0 = lane; u0 < row_units; u0 += kInFlight * 32) {
       float f[kInFlight][8];
 #pragma unroll
       for (int k = 0; k < kInFlight; ++k) {
         const int u = u0 + 32 * k;
-        load8(row + 8 * (u < units ? u : 0), true, f[k]);
+        load8(row + 8 * (u < row_units ? u : 0), true, f[k]);
       }
 #pragma unroll
       for (int k = 0; k < kInFlight; ++k) {
-        if (u0 + 32 * k >= units) break;
+        if (u0 + 32 * k >= row_units) break;
 #pragma unroll
         for (int e = 0; e < 8; ++e) local += f[k][e] * f[k][e];
       }
@@ -114,9 +134,11 @@ __device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs) {
     for (int k = 0; k < kInFlight; ++k) {
       const int i = i0 + k * kMmaGemvThreads < total ? i0 + k * kMmaGemvThreads : 0;
       const int n = i / units, u = i - n * units;
-      load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f[k]);
+      load8(x + static_cast<int64_t>(n) * K + k0 + 8 * u, true, f[k]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) weight[k][e] = load_as_float(a.norm, a.norm_dtype, 8 * u + e);
+      for (int e = 0; e < 8; ++e) {
+        weight[k][e] = load_as_float(a.norm, a.norm_dtype, k0 + 8 * u + e);
+      }
     }
 #pragma unroll
     for (int k = 0; k < kInFlight; ++k) {
@@ -136,9 +158,11 @@ __device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs) {
   __syncthreads();
 }
 
+// With S = split.splits > 1, block b takes split b % S of K for tiles b / S, b / S + gridDim.x /
+// S, ... (split_k.cuh); the sums of a tile's last split to finish are its outputs.
 template <typename TW, typename TX, typename TO>
 __global__ void __launch_bounds__(kMmaGemvThreads, 1)
-    gemv_rows_mma_kernel(const GemvArgs a, int tiles) {
+    gemv_rows_mma_kernel(const GemvArgs a, int tiles, const SplitK split) {
   extern __shared__ __align__(16) float smem[];
   __shared__ float sums[2][kMmaGemvWarps][32][4];
   using Reader = PlainReader<TW>;
@@ -150,10 +174,16 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
-  const int stages = K / kRowsMmaStageCols;
+  const int S = split.splits, sp = static_cast<int>(blockIdx.x) % S;
+  const int group = static_cast<int>(blockIdx.x) / S, groups = static_cast<int>(gridDim.x) / S;
+  const int k0 = S > 1 ? split.begin(sp) * kSplitKColumns : 0;  // the block's columns of K
+  const int Ks = S > 1 ? split.begin(sp + 1) * kSplitKColumns - k0 : K;
+  const int stage0 = k0 / kRowsMmaStageCols;  // the first stage of those
+  const int stages = Ks / kRowsMmaStageCols;
   const int per_tile = stages > warp ? (stages - warp + kMmaGemvWarps - 1) / kMmaGemvWarps : 0;
   const int workers = stages < kMmaGemvWarps ? stages : kMmaGemvWarps;
-  const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+  const int my_tiles = (tiles - group + groups - 1) / groups;
+  auto tile_at = [&](int i) { return group + i * groups; };  // the block's i-th tile
   uint4* my_ring = ring + warp * kRing * kRowsMmaStageChunks;
 
   // The lane's copies: chunk lane % 16 of stage rows 2i + lane / 16 (i < 8), each row of the
@@ -162,7 +192,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   bool load_valid[8];
   int load_tile = 0, load_m = 0, load_slot = 0;
   auto set_load_rows = [&]() {
-    const int tile = static_cast<int>(blockIdx.x) + load_tile * gridDim.x;
+    const int tile = tile_at(load_tile);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int r = 2 * i + lane / 16;
@@ -174,7 +204,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   };
   auto issue = [&]() {  // the warp's next stage, or an empty group past its last
     if (load_tile < my_tiles) {
-      const int chunk = (warp + kMmaGemvWarps * load_m) * 16 + lane % 16;
+      const int chunk = (stage0 + warp + kMmaGemvWarps * load_m) * 16 + lane % 16;
       uint4* buf = my_ring + load_slot * kRowsMmaStageChunks;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -198,19 +228,37 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   }
   grid_dependency_wait();
   grid_launch_dependents();
-  stage_rows_x<TW, TX>(a, xs);
+  stage_rows_x<TW, TX>(a, xs, k0, Ks);
 
   const int x_n = g < T ? g : T - 1;  // this lane's column of B
-  const uint32_t* x_row = xs + x_n * Layout::row_pairs(K);
+  const uint32_t* x_row = xs + x_n * Layout::row_pairs(Ks);
   auto end_tile = [&](int i) {  // every warp, once per tile, in tile order
     __syncthreads();
     if (i % kMmaGemvWarps == warp) {
-      mma_gemv_epilogue<TO>(a, MmaTileRows(a, static_cast<int>(blockIdx.x) + i * gridDim.x, g),
-                            sums[i & 1], workers, lane);
+      float v[4];
+      mma_gemv_sum(sums[i & 1], workers, lane, v);
+      if (S == 1) {
+        mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(i), g), v, lane);
+      } else {
+        split_k_leave(split, tile_at(i), sp, lane, v);
+      }
+    }
+  };
+  // Split K: once the block's copies are done, each warp counts in the tiles it left partials
+  // of, and stores those it finished last.
+  auto finish_splits = [&]() {
+    if (S == 1) return;
+    __threadfence();
+    for (int i = warp; i < my_tiles; i += kMmaGemvWarps) {
+      float v[4];
+      if (split_k_last(split, tile_at(i), lane, v)) {
+        mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(i), g), v, lane);
+      }
     }
   };
   if (per_tile == 0) {  // K has fewer stages than the block has warps: barriers only
     for (int i = 0; i < my_tiles; ++i) end_tile(i);
+    finish_splits();
     return;
   }
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -246,6 +294,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
       ++tile;
     }
   }
+  finish_splits();
 }
 
 // The product of kRowsMmaMinRows to kRowsMmaMaxRows rows of x through gemv_rows_mma_kernel where
@@ -256,9 +305,16 @@ template <typename VisitReader>
 Result<bool> gemv_rows_mma(const Tensor& x, const op::Weight& w, const op::LinearOptions& o,
                            Tensor& out, VisitReader&& visit_reader) {
   GemvArgs a = gemv_args(x, w, o, out);
-  if (a.fp8_activations || !gemv_rows_mma_fits(a.T, a.K) || a.N >= (int64_t{1} << 30)) {
+  const int64_t w_rows = a.swiglu ? 2 * a.N : a.N;
+  if (a.fp8_activations || !gemv_rows_mma_fits(a.T, a.K, w_rows) || a.N >= (int64_t{1} << 30)) {
     return false;
   }
+  const int splits = gemv_rows_mma_splits(a.T, a.K, w_rows);
+  SplitK split;
+  if (splits > 1) {
+    KUIPER_ASSIGN_OR_RETURN(split, split_k_workspace(splits, a.K));
+  }
+  const int64_t columns = splits > 1 ? split.max_columns() : a.K;  // of x, a block stages
   KUIPER_ASSIGN_OR_RETURN(const int64_t smem_limit, gemv_rows_mma_smem_limit());
   bool ran = false;
   KUIPER_RETURN_IF_ERROR(visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag,
@@ -281,16 +337,20 @@ Result<bool> gemv_rows_mma(const Tensor& x, const op::Weight& w, const op::Linea
         if (!a.w_vectorized || !a.x_vectorized) return Status::Ok();
         constexpr auto kKernel = gemv_rows_mma_kernel<TW, TX, TO>;
         KUIPER_RETURN_IF_ERROR(allow_shared_memory<kKernel>(static_cast<size_t>(smem_limit)));
-        const int64_t smem = gemv_rows_mma_smem(a.T, a.K);
-        const int64_t tiles = a.swiglu ? (a.N + 7) / 8 : (a.N + 15) / 16;
+        const int64_t smem = gemv_rows_mma_smem(a.T, columns);
+        const int64_t tiles = gemv_mma_tiles(a);
         KUIPER_ASSIGN_OR_RETURN(const int64_t fit, resident_blocks<kKernel>(
                                                        kMmaGemvThreads, static_cast<size_t>(smem)));
-        const int64_t per_block = (tiles + fit - 1) / fit;
-        const int64_t blocks = (tiles + per_block - 1) / per_block;
+        // Groups of `splits` blocks, as many as fit at once, each taking the same number of
+        // tiles (give or take one for the last).
+        const int64_t fit_groups = std::max<int64_t>(1, std::min(fit, tiles * splits) / splits);
+        const int64_t per_block = (tiles + fit_groups - 1) / fit_groups;
+        const int64_t groups = (tiles + per_block - 1) / per_block;
         ran = true;
-        return launch_pdl(kKernel, dim3(static_cast<unsigned>(blocks)), dim3(kMmaGemvThreads),
-                          static_cast<size_t>(smem), "multi-row tensor-core gemv kernel launch",
-                          a, static_cast<int>(tiles));
+        return launch_pdl(kKernel, dim3(static_cast<unsigned>(groups * splits)),
+                          dim3(kMmaGemvThreads), static_cast<size_t>(smem),
+                          "multi-row tensor-core gemv kernel launch", a,
+                          static_cast<int>(tiles), split);
       }
     });
   }));

@@ -5,7 +5,8 @@
 //    residual add).
 //  - T == 2 and a plain 16-bit w: the two-row GEMV (gemv_rows.cuh), every fused form.
 //  - 3 to 8 rows and a plain 16-bit w: the multi-row tensor-core GEMV (gemv_rows_mma.cuh), every
-//    fused form, where x's rows fit its shared memory (K up to about 7000).
+//    fused form; past about 7000 columns each tile is split over several blocks, each staging its
+//    part of x's rows (split_k.cuh).
 //  - T > 1 with x and w of one type: cublasGemmEx, tensor cores for fp16 and bf16 (fp32
 //    accumulation), plain fp32 arithmetic for fp32 (no TF32, so fp32 results keep reference
 //    accuracy).
@@ -247,7 +248,7 @@ Result<bool> linear(const Tensor& x, const op::Weight& weight, const op::LinearO
 bool linear_fuses(int64_t T, int64_t K, const op::Weight& w) {
   if (T == 1) return true;
   if (w.quantized() || dtype_size(w.values.dtype()) != 2) return false;
-  return gemv_rows_fits(T, K) || gemv_rows_mma_fits(T, K);
+  return gemv_rows_fits(T, K) || gemv_rows_mma_fits(T, K, w.values.dim(0));
 }
 
 }  // namespace kuiper::cuda
