@@ -1,5 +1,6 @@
 #include "demo/line_editor.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -13,7 +14,15 @@
 namespace kuiper::demo {
 
 LineEditor::LineEditor(const char* program, std::atomic<bool>* interrupted)
-    : interrupted_(interrupted) {
+    : interrupted_(interrupted), input_(STDIN_FILENO) {
+  // A non-blocking description of our own: O_NONBLOCK on stdin's would be the shell's too.
+  if (const char* terminal = ttyname(STDIN_FILENO)) {
+    const int fd = ::open(terminal, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd >= 0) {
+      input_ = fd;
+      input_owned_ = true;
+    }
+  }
   // libedit decodes input by the locale's character type; in "C" a multi-byte character would
   // be edited as several.
   std::setlocale(LC_CTYPE, "");
@@ -34,6 +43,7 @@ LineEditor::LineEditor(const char* program, std::atomic<bool>* interrupted)
 LineEditor::~LineEditor() {
   el_end(el_);
   history_end(history_);
+  if (input_owned_) ::close(input_);
 }
 
 char* LineEditor::prompt_callback(editline* el) {
@@ -46,25 +56,30 @@ char* LineEditor::prompt_callback(editline* el) {
 // the prompt is being drawn) interrupts nothing: it would wait for Enter and then throw the line
 // away. This reader waits in short poll() slices and looks at the flag between them, so a
 // Ctrl-C is seen whenever it comes. Bytes become characters by the locale, as libedit's do.
+// The read is non-blocking (input_): a Ctrl-C flushes the terminal's input queue, and one that
+// lands between poll (input ready) and read would leave a blocking read waiting on the emptied
+// queue, the interrupt already taken, until the next key (a hung prompt about once in 150
+// Ctrl-Cs on a loaded machine, InferRepl.SecondTurnPrefillsOnlyNewTokensAndClearResets).
 int LineEditor::read_char(editline* el, wchar_t* out) {
   void* self = nullptr;
   el_get(el, EL_CLIENTDATA, &self);
-  const std::atomic<bool>& interrupted = *static_cast<LineEditor*>(self)->interrupted_;
+  const LineEditor& editor = *static_cast<LineEditor*>(self);
+  const std::atomic<bool>& interrupted = *editor.interrupted_;
   std::mbstate_t state{};
   for (;;) {
     if (interrupted.load()) {
       errno = EINTR;
       return -1;
     }
-    pollfd input = {STDIN_FILENO, POLLIN, 0};
+    pollfd input = {editor.input_, POLLIN, 0};
     const int ready = ::poll(&input, 1, 100);
     if (ready < 0 && errno != EINTR) return -1;
     if (ready <= 0) continue;
     char byte = 0;
-    const ssize_t n = ::read(STDIN_FILENO, &byte, 1);
+    const ssize_t n = ::read(editor.input_, &byte, 1);
     if (n == 0) return 0;  // end of input
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
       return -1;
     }
     const size_t used = std::mbrtowc(out, &byte, 1, &state);

@@ -33,6 +33,10 @@ class LineEditor {
   history* history_ = nullptr;
   std::atomic<bool>* interrupted_;
   std::string prompt_;
+  // The terminal opened again, non-blocking, for read_char (stdin itself when it is no
+  // terminal); input_owned_: ours to close.
+  int input_ = 0;
+  bool input_owned_ = false;
 };
 
 }  // namespace kuiper::demo
