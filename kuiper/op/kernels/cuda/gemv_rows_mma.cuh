@@ -37,6 +37,14 @@ constexpr int kRowsMmaMaxRows = kMmaGemvMaxRows;
 constexpr int kRowsMmaStageCols = 128;  // a stage: 16 rows x 16 chunks of 8 columns
 constexpr int kRowsMmaStageChunks = 16 * 16;
 constexpr int kRowsMmaRing = 3;  // stages a warp has asked for ahead of its mma
+// Most rows of the unsplit residual form (the o-projection of Qwen2.5-7B and Qwen3-8B); more go
+// to cuBLAS (op::linear adds the product into out there). Measured on the H100 in the model
+// (kuiper-bench --throughput --config models/qwen3-8b.json --dtype fp16 --cuda-graph
+// --concurrency 4,8 --input-len 448 --output-len 128, two rounds): at 8 sequences 1162.2 / 1162.8
+// tok/s with o_proj here, 1172.0 / 1177.0 on cuBLAS, although the product alone is faster here
+// (14.3 against 15.4 us). down_proj at 5 to 8 rows is split (split_k.cuh) and stays: 39.1 against
+// cuBLAS's 38.6 and its split-K reduce's 3.7.
+constexpr int kRowsMmaMostResidualRows = 4;
 
 // A 16-byte chunk c of a stage's row: moved by 4 on odd rows, so that the 8 lanes of a shared
 // load (rows 2p and 2p + 1, four chunks each) meet distinct banks.
@@ -310,6 +318,7 @@ Result<bool> gemv_rows_mma(const Tensor& x, const op::Weight& w, const op::Linea
     return false;
   }
   const int splits = gemv_rows_mma_splits(a.T, a.K, w_rows);
+  if (a.residual && splits == 1 && a.T > kRowsMmaMostResidualRows) return false;
   SplitK split;
   if (splits > 1) {
     KUIPER_ASSIGN_OR_RETURN(split, split_k_workspace(splits, a.K));
