@@ -500,6 +500,120 @@ std::vector<PagedCase> paged_cases() {
 INSTANTIATE_TEST_SUITE_P(All, CudaAttentionPaged, testing::ValuesIn(paged_cases()),
                          paged_case_name);
 
+// The step's q, k and v given raw (AttentionArgs::input, decode): the flash2 16-bit decode
+// prepares them in its kernel where its blocks keep an SM each (a few sequences, explicit grids
+// whose blocks cut units of several sequences), every other call composes op::qk_norm_rope_cache
+// and the attention. Both must give the composition's output on the same device and leave the
+// same newest cache rows, which start as NaN in the pool (a kernel that read them instead of the
+// prepared rows would show). The rotary positions differ from the cache rows, as in Qwen3-VL.
+struct InputCase {
+  AttentionKind kind;
+  DataType dtype;
+  bool many;
+  bool norms;
+  int grid;
+};
+
+class CudaAttentionPagedInput : public testing::TestWithParam<InputCase> {};
+
+TEST_P(CudaAttentionPagedInput, EqualsTheComposition) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  const InputCase& c = GetParam();
+  constexpr int D = 128;
+  const PagedProblem& p =
+      paged_problem_for({AttentionKind::kFlash2, AttentionPhase::kDecode, c.dtype, true, D, 16,
+                         c.many});
+  const int B = static_cast<int>(p.seqs.size()), heads = kKvHeads * 4;
+  const uint32_t seed = 91 + static_cast<uint32_t>(c.many) * 7 + static_cast<uint32_t>(c.norms);
+  const Tensor qkv = random_host({B, heads + 2 * kKvHeads, D}, c.dtype, -2.0f, 2.0f, seed);
+  const Tensor q_norm = random_host({D}, c.dtype, 0.5f, 1.5f, seed + 1);
+  const Tensor k_norm = random_host({D}, c.dtype, 0.5f, 1.5f, seed + 2);
+  std::vector<int32_t> positions, rotary;
+  Tensor k = *Tensor::empty(p.k.shape(), DataType::kFp32), v = *Tensor::empty(p.v.shape(), DataType::kFp32);
+  ASSERT_TRUE(k.copy_from(p.k).ok());
+  ASSERT_TRUE(v.copy_from(p.v).ok());
+  const int64_t row_elems = int64_t{kKvHeads} * D;
+  for (int i = 0; i < B; ++i) {
+    const int st = p.seqs[static_cast<size_t>(i)].second;
+    const int row = p.tables[static_cast<size_t>(i) * p.width + st / p.block_size] * p.block_size +
+                    st % p.block_size;
+    positions.push_back(row);
+    rotary.push_back(st + 3 * i);
+    std::fill_n(k.data<float>() + row * row_elems, row_elems, NAN);
+    std::fill_n(v.data<float>() + row * row_elems, row_elems, NAN);
+  }
+  AttentionRequest request{c.kind, AttentionPhase::kDecode, c.dtype, DeviceType::kCuda, true, D};
+  request.decode_grid = c.grid;
+  Result<std::unique_ptr<AttentionOp>> op = make_attention(request);
+  ASSERT_TRUE(op.ok()) << op.status().message();
+  const Tensor q_norm_dev = *to_device(q_norm, c.dtype), k_norm_dev = *to_device(k_norm, c.dtype);
+  // Each way from the same inputs: the output and the newest cache rows, on the host.
+  auto run = [&](bool given_raw, Tensor& out, Tensor& newest) {
+    AttentionArgs args = paged_device_args(p, c.dtype);
+    args.k_cache = *to_device(k, c.dtype);
+    args.v_cache = *to_device(v, c.dtype);
+    AttentionInput in;
+    in.qkv = *to_device(qkv, c.dtype);
+    in.q_norm = c.norms ? &q_norm_dev : nullptr;
+    in.k_norm = c.norms ? &k_norm_dev : nullptr;
+    in.eps = 1e-6;
+    in.positions = *int_tensor_on_device(positions, {B});
+    in.rope_positions = *int_tensor_on_device(rotary, {B});
+    in.rope.theta = 1000000.0;
+    if (given_raw) {
+      args.input = in;
+    } else {
+      args.q = *nan_tensor(p.q.shape(), c.dtype);
+      Tensor kf = *args.k_cache.reshape({args.k_cache.dim(0), row_elems});
+      Tensor vf = *args.v_cache.reshape({args.v_cache.dim(0), row_elems});
+      ASSERT_TRUE(qk_norm_rope_cache(in.qkv, args.q, in.q_norm, in.k_norm, in.eps, in.positions,
+                                     in.rope, kf, vf, &in.rope_positions)
+                      .ok());
+    }
+    Status st = (*op)->forward(args);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_TRUE(sync().ok());
+    out = *to_host_f32(args.out);
+    const Tensor kc = *to_host_f32(args.k_cache), vc = *to_host_f32(args.v_cache);
+    newest = *Tensor::empty({B, 2, row_elems}, DataType::kFp32);
+    for (int i = 0; i < B; ++i) {
+      const int64_t row = positions[static_cast<size_t>(i)];
+      std::copy_n(kc.data<float>() + row * row_elems, row_elems,
+                  newest.data<float>() + (2 * i) * row_elems);
+      std::copy_n(vc.data<float>() + row * row_elems, row_elems,
+                  newest.data<float>() + (2 * i + 1) * row_elems);
+    }
+  };
+  Tensor out_raw, newest_raw, out_composed, newest_composed;
+  run(true, out_raw, newest_raw);
+  run(false, out_composed, newest_composed);
+  expect_close(out_raw, out_composed, c.dtype);
+  expect_close(newest_raw, newest_composed, c.dtype);
+}
+
+std::vector<InputCase> input_cases() {
+  std::vector<InputCase> cases;
+  for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
+    for (bool norms : {false, true}) {
+      for (int grid : {0, 1, 3, 7, 130}) cases.push_back({AttentionKind::kFlash2, dtype, false, norms, grid});
+      cases.push_back({AttentionKind::kFlash2, dtype, true, norms, 0});  // more units than SMs
+      cases.push_back({AttentionKind::kFlash1, dtype, false, norms, 0});
+    }
+  }
+  cases.push_back({AttentionKind::kFlash2, DataType::kFp32, false, true, 0});
+  cases.push_back({AttentionKind::kMha, DataType::kFp32, false, true, 0});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, CudaAttentionPagedInput, testing::ValuesIn(input_cases()),
+    [](const testing::TestParamInfo<InputCase>& info) {
+      const InputCase& c = info.param;
+      return std::string(attention_name(c.kind)) + "_" + dtype_name(c.dtype) +
+             (c.many ? "_many" : "_mixed") + (c.norms ? "_norms" : "") +
+             (c.grid > 0 ? "_grid" + std::to_string(c.grid) : "");
+    });
+
 // The 16-bit flash2 decode's default grid (host arithmetic): one block an SM, a multiple of the
 // units, while blocks split units; every resident block once there are more units than SMs; and
 // a block keeps an SM to itself exactly when the grid fits the SMs one a block.

@@ -466,14 +466,27 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   }
   KUIPER_ASSIGN_OR_RETURN(Tensor q_heads, q.reshape({T, c.num_heads, c.head_dim}));
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
+  // A decode pass hands the stacked q|k|v to the attention op, which prepares it (q/k norms,
+  // RoPE, the cache write) inside its kernel where it can (op::AttentionInput).
+  op::AttentionInput input;
   if (stacked_qkv) {
     Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [axes, T] positions
     KUIPER_ASSIGN_OR_RETURN(
         Tensor qkv_heads,
         ws.qkv.rows(0, T).reshape({T, c.num_heads + 2 * c.num_kv_heads, c.head_dim}));
-    KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
-        qkv_heads, q_heads, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps,
-        positions, c.rope(), L.k_cache, L.v_cache, &rotary));
+    if (pass.decode) {
+      input.qkv = qkv_heads;
+      input.q_norm = c.qk_norm ? &L.q_norm : nullptr;
+      input.k_norm = c.qk_norm ? &L.k_norm : nullptr;
+      input.eps = eps;
+      input.positions = positions;
+      input.rope_positions = rotary;
+      input.rope = c.rope();
+    } else {
+      KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
+          qkv_heads, q_heads, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr,
+          eps, positions, c.rope(), L.k_cache, L.v_cache, &rotary));
+    }
   } else if (pass.rope_axes_equal) {  // RoPE (Qwen3-VL text: M-RoPE at (p, p, p) is RoPE at p)
     Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [axes, T] positions
     KUIPER_RETURN_IF_ERROR(op::qk_norm_rope_cache(
@@ -505,6 +518,7 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   batch.block_size = kv_block_size();
   batch.max_queries = pass.max_queries;
   batch.max_keys = pass.max_keys;
+  args.input = input;
   op::AttentionOp& attention = pass.decode ? *decode_attention_ : *prefill_attention_;
   KUIPER_RETURN_IF_ERROR(attention.forward(args));
 

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
+#include "kuiper/op/ops.h"
 
 namespace kuiper {
 
@@ -106,11 +107,44 @@ Status check_attention_args(const AttentionArgs& a) {
 
 namespace {
 
+// args.input's caches in op::qk_norm_rope_cache's shape: [rows, num_kv_heads * head_dim].
+Result<Tensor> flat_cache(const Tensor& cache) {
+  return cache.reshape({cache.dim(0), cache.dim(1) * cache.dim(2)});
+}
+
+}  // namespace
+
+Status check_attention_input(const AttentionArgs& a) {
+  const AttentionInput& in = a.input;
+  KUIPER_ASSIGN_OR_RETURN(const Tensor k_cache, flat_cache(a.k_cache));
+  KUIPER_ASSIGN_OR_RETURN(const Tensor v_cache, flat_cache(a.v_cache));
+  if (in.qkv.ndim() != 3 || in.qkv.dim(1) != a.q.dim(1) + 2 * a.k_cache.dim(1)) {
+    return Status::Error("attention: input qkv " + in.qkv.describe() + " does not fit q " +
+                         a.q.describe() + " and " + std::to_string(a.k_cache.dim(1)) +
+                         " kv heads");
+  }
+  return check_qk_norm_rope_cache(in.qkv, a.q, in.q_norm, in.k_norm, in.positions, in.rope,
+                                  k_cache, v_cache, &in.rope_positions);
+}
+
+Status prepare_attention_input(const AttentionArgs& a) {
+  KUIPER_RETURN_IF_ERROR(check_attention_input(a));
+  const AttentionInput& in = a.input;
+  Tensor qkv = in.qkv, q = a.q;
+  KUIPER_ASSIGN_OR_RETURN(Tensor k_cache, flat_cache(a.k_cache));
+  KUIPER_ASSIGN_OR_RETURN(Tensor v_cache, flat_cache(a.v_cache));
+  return qk_norm_rope_cache(qkv, q, in.q_norm, in.k_norm, in.eps, in.positions, in.rope, k_cache,
+                            v_cache, &in.rope_positions);
+}
+
+namespace {
+
 class CpuAttention final : public AttentionOp {
  public:
   const char* name() const override { return "cpu-reference"; }
   Status forward(const AttentionArgs& a) override {
     KUIPER_RETURN_IF_ERROR(check_attention_args(a));
+    if (a.input.defined()) KUIPER_RETURN_IF_ERROR(prepare_attention_input(a));
     Tensor out = a.out;
     if (a.paged.defined()) {
       cpu::paged_attention(a.q, a.k_cache, a.v_cache, out, a.paged);

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kuiper/op/attention_kind.h"
+#include "kuiper/op/rope_params.h"
 #include "kuiper/tensor/tensor.h"
 
 namespace kuiper::op {
@@ -35,6 +36,25 @@ struct PagedBatch {
   int64_t sequences() const { return query_begin.defined() ? query_begin.numel() - 1 : 0; }
 };
 
+// The step's q, k and v as the stacked q/k/v product left them, before the per-head RMSNorms
+// and RoPE (decode through the model's fused forms). When defined, the call first does what
+// op::qk_norm_rope_cache(qkv, q, q_norm, k_norm, eps, positions, rope, caches, &rope_positions)
+// does: q (normalised, rotated) into AttentionArgs::q, k and v into the cache rows `positions`.
+// The flash2 fp16/bf16 decode over a paged pool does it inside its kernel (one launch less a
+// layer); every other combination runs op::qk_norm_rope_cache first. qkv's k heads may be left
+// either way. Like starts and the block tables, positions and rope_positions are read before the
+// kernel's PDL wait: they must not be written by the kernel launched just before the op.
+struct AttentionInput {
+  Tensor qkv;  // [T, num_heads + 2 * num_kv_heads, head_dim]
+  const Tensor* q_norm = nullptr;  // [head_dim] or null
+  const Tensor* k_norm = nullptr;
+  double eps = 0.0;
+  Tensor positions;       // [T] int32: the cache rows of the step's keys and values
+  Tensor rope_positions;  // [T] int32: the rotary positions
+  RopeParams rope;
+  bool defined() const { return qkv.defined(); }
+};
+
 // One call: either one sequence over a contiguous cache (`start` / `device_position`), or, when
 // `paged` is defined, a batch of sequences over the pool (k_cache and v_cache are then the whole
 // pool, [blocks * block_size, num_kv_heads, head_dim]; `start` and `device_position` unused).
@@ -48,6 +68,7 @@ struct AttentionArgs {
   // tensor read by the kernels instead of `start`, so a captured graph replays at every step.
   Tensor device_position;
   PagedBatch paged;
+  AttentionInput input;
 };
 
 class AttentionOp {
@@ -81,6 +102,11 @@ struct AttentionRequest {
 
 // Checks shapes, dtypes and the position range of a call; every implementation runs it first.
 Status check_attention_args(const AttentionArgs& args);
+
+// The checks of args.input (shapes, dtypes, devices, cache rows), and its preparation by
+// op::qk_norm_rope_cache, for the implementations that do not fuse it.
+Status check_attention_input(const AttentionArgs& args);
+Status prepare_attention_input(const AttentionArgs& args);
 
 // The attention op for a request, or an error saying which combination is unsupported. Nothing
 // is silently replaced by another algorithm. On the CPU all three kinds are served by the one

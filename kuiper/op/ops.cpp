@@ -386,9 +386,10 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
                                                  k_cache, v_cache, rotary));
 }
 
-Status qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
-                          double eps, const Tensor& positions, RopeParams rope, Tensor& k_cache,
-                          Tensor& v_cache, const Tensor* rope_positions) {
+Status check_qk_norm_rope_cache(const Tensor& qkv, const Tensor& q, const Tensor* q_norm,
+                                const Tensor* k_norm, const Tensor& positions, RopeParams rope,
+                                const Tensor& k_cache, const Tensor& v_cache,
+                                const Tensor* rope_positions) {
   KUIPER_RETURN_IF_ERROR(check_activation("qk_norm_rope_cache", q));
   KUIPER_RETURN_IF_ERROR(
       same_device("qk_norm_rope_cache", {&qkv, &q, &positions, &k_cache, &v_cache}));
@@ -422,7 +423,14 @@ Status qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Te
     return fail("qk_norm_rope_cache", "rope positions " + rope_positions->describe() +
                                           " do not fit " + std::to_string(T) + " tokens");
   }
-  KUIPER_RETURN_IF_ERROR(check_cache_rows("qk_norm_rope_cache", positions, k_cache));
+  return check_cache_rows("qk_norm_rope_cache", positions, k_cache);
+}
+
+Status qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                          double eps, const Tensor& positions, RopeParams rope, Tensor& k_cache,
+                          Tensor& v_cache, const Tensor* rope_positions) {
+  KUIPER_RETURN_IF_ERROR(check_qk_norm_rope_cache(qkv, q, q_norm, k_norm, positions, rope, k_cache,
+                                                  v_cache, rope_positions));
   const Tensor& rotary = rope_positions != nullptr ? *rope_positions : positions;
   KUIPER_DISPATCH(q.device(), qk_norm_rope_cache(qkv, q, q_norm, k_norm, eps, positions, rope,
                                                  k_cache, v_cache, rotary));

@@ -149,6 +149,11 @@ Status qk_norm_rope_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q
 Status qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
                           double eps, const Tensor& positions, RopeParams rope, Tensor& k_cache,
                           Tensor& v_cache, const Tensor* rope_positions = nullptr);
+// The checks of the stacked form alone (the fused attention input of op/attention.h runs them).
+Status check_qk_norm_rope_cache(const Tensor& qkv, const Tensor& q, const Tensor* q_norm,
+                                const Tensor* k_norm, const Tensor& positions, RopeParams rope,
+                                const Tensor& k_cache, const Tensor& v_cache,
+                                const Tensor* rope_positions = nullptr);
 
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
 Status argmax(const Tensor& logits, Tensor& out);

@@ -23,6 +23,21 @@ class CudaAttention final : public AttentionOp {
   Status forward(const AttentionArgs& a) override {
     using namespace cuda_attention;
     KUIPER_RETURN_IF_ERROR(check_cuda_call(a, request_));
+    if (a.input.defined()) {
+      // The flash2 16-bit decode over a paged pool prepares q, k and v inside its kernel.
+      bool fused = request_.kind == AttentionKind::kFlash2 &&
+                   request_.phase == AttentionPhase::kDecode;
+      if (fused) {
+        KUIPER_ASSIGN_OR_RETURN(fused,
+                                flash2_decode_fuses_input(make_geometry(a, request_), request_));
+      }
+      KUIPER_RETURN_IF_ERROR(fused ? check_attention_input(a) : prepare_attention_input(a));
+      if (!fused) {
+        AttentionArgs prepared = a;
+        prepared.input = AttentionInput();
+        return forward(prepared);
+      }
+    }
     const Geometry g = make_geometry(a, request_);
     switch (request_.kind) {
       case AttentionKind::kMha: return run_mha(a, g, request_, buffers_);

@@ -20,8 +20,10 @@
 #include "kuiper/op/kernels/cuda/attention/decode_partition.h"
 #include "kuiper/op/kernels/cuda/attention/flash2_traits.cuh"
 #include "kuiper/op/kernels/cuda/attention/mma.cuh"
+#include "kuiper/op/kernels/cuda/attention/ops.cuh"
 #include "kuiper/op/kernels/cuda/attention/softmax_state.cuh"
 #include "kuiper/op/kernels/cuda/attention/split_kv.cuh"
+#include "kuiper/op/kernels/cuda/rope_row.cuh"
 #include "kuiper/op/kernels/cuda/tuning_log.h"
 
 namespace kuiper::op::cuda_attention {
@@ -224,6 +226,97 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
   return old;
 }
 
+// The step's q, k and v before their norms and RoPE (op::AttentionInput), for the tensor-core
+// decode to prepare itself: qkv null when q is given prepared.
+struct DecodeInput {
+  const void* qkv;  // [T, heads + 2 kv_heads, D]
+  const void* q_norm;
+  const void* k_norm;
+  DataType q_norm_dtype, k_norm_dtype;
+  float eps;
+  const int* positions;       // the cache rows of the new keys and values
+  const int* rope_positions;  // the rotary positions
+  void* k_cache;              // the kernel's k and v, written at `positions`
+  void* v_cache;
+  kuiper::cuda::RopeTable table;
+};
+
+// What a lane needs to prepare its pairs (i, i + D / 2), i = lane + 32 k, of a sequence's head
+// rows: cos and sin at the sequence's rotary position and the norm weights. Neither depends on
+// the kernel before, so the first segment's are worked out before the PDL wait.
+template <int D>
+struct HeadRotation {
+  static constexpr int kPairs = D / 64;
+  float cs[kPairs], sn[kPairs];
+  float qw0[kPairs], qw1[kPairs], kw0[kPairs], kw1[kPairs];
+
+  __device__ __forceinline__ void set(const DecodeInput& in, int q0, int lane) {
+    const float p = static_cast<float>(in.rope_positions[q0]);
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const int i = lane + 32 * k;
+      kuiper::cuda::scaled_sincos(p * in.table.inv_freq[i], in.table.attention_factor, &sn[k],
+                                  &cs[k]);
+      qw0[k] = in.q_norm != nullptr ? kuiper::cuda::load_as_float(in.q_norm, in.q_norm_dtype, i) : 0.0f;
+      qw1[k] = in.q_norm != nullptr
+                   ? kuiper::cuda::load_as_float(in.q_norm, in.q_norm_dtype, i + D / 2)
+                   : 0.0f;
+      kw0[k] = in.k_norm != nullptr ? kuiper::cuda::load_as_float(in.k_norm, in.k_norm_dtype, i) : 0.0f;
+      kw1[k] = in.k_norm != nullptr
+                   ? kuiper::cuda::load_as_float(in.k_norm, in.k_norm_dtype, i + D / 2)
+                   : 0.0f;
+    }
+  }
+};
+
+// One head row, the lane's pairs e0 (first half) and e1 (second) as loaded, normalised (when
+// `normed`, weights w0 / w1) and rotated into dst (shared memory) and, when given, global. The
+// arithmetic and its order are qk_norm_rope_cache.cu's, so the rows equal the unfused ones bit
+// for bit.
+template <typename T, int D>
+__device__ __forceinline__ void prepare_head(const float (&e0)[D / 64], const float (&e1)[D / 64],
+                                             bool normed, const float (&w0)[D / 64],
+                                             const float (&w1)[D / 64], float eps,
+                                             const HeadRotation<D>& rot, T* dst, T* global,
+                                             int lane) {
+  using kuiper::cuda::from_float;
+  using kuiper::cuda::to_float;
+  constexpr int kHalf = D / 2, kPairs = D / 64;
+  float inv = 1.0f;
+  if (normed) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) sum += e0[k] * e0[k];
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) sum += e1[k] * e1[k];
+    sum = kuiper::cuda::warp_sum(sum);
+    inv = 1.0f / sqrtf(sum / static_cast<float>(D) + eps);
+  }
+#pragma unroll
+  for (int k = 0; k < kPairs; ++k) {
+    const int i = lane + 32 * k;
+    float a = e0[k], b = e1[k];
+    if (normed) {
+      a = to_float(from_float<T>(w0[k] * (a * inv)));
+      b = to_float(from_float<T>(w1[k] * (b * inv)));
+    }
+    const RotatedPair r = rotate_half(a, b, rot.cs[k], rot.sn[k]);
+    const T r0 = from_float<T>(r.first), r1 = from_float<T>(r.second);
+    dst[i] = r0;
+    dst[i + kHalf] = r1;
+    if (global != nullptr) {
+      global[i] = r0;
+      global[i + kHalf] = r1;
+    }
+  }
+}
+
+// The dynamic shared memory of a fused input: kHeads prepared q rows and the newest K and V rows
+// of D 16-bit elements, 16-byte aligned after the prefix sums.
+constexpr size_t decode_prepared_bytes(int D) {
+  return 16 + sizeof(uint16_t) * static_cast<size_t>(DecodeTcTraits<128>::kHeads + 2) * D;
+}
+
 // Keys in the cache at this decode step of the contiguous form (the position + 1), read past
 // L1: a decode kernel reads it twice, before and after its dependency wait, and the second read
 // must see a new value.
@@ -242,19 +335,31 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     flash2_decode_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      float* __restrict__ o_part, float2* __restrict__ ml_part,
                      int* __restrict__ arrivals, T* __restrict__ out, Geometry g,
-                     int head_groups) {
+                     int head_groups, const DecodeInput in) {
   using Tr = DecodeTcTraits<D>;
   extern __shared__ uint4 shared16[];
   T* ring = reinterpret_cast<T*>(shared16);
   float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageElems);
   const int rows = min(g.group, Tr::kHeads);  // the merge area's rows a warp
   int64_t* prefix = reinterpret_cast<int64_t*>(merge + Tr::kWarps * rows * (D + 2));
+  // Fused input only (decode_prepared_bytes): the segment's prepared q rows, then the newest
+  // key's K and V rows, after the prefix sums.
+  T* prepared_q = reinterpret_cast<T*>(
+      (reinterpret_cast<uintptr_t>(prefix + (g.starts != nullptr ? g.batch + 1 : 0)) + 15) &
+      ~uintptr_t{15});
+  T* newest = prepared_q + Tr::kHeads * D;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
   const int b = blockIdx.x;
   const int seq_units = g.kv_heads * head_groups;  // units of one sequence
   const bool paged = g.starts != nullptr;
+  // With the step's q, k and v given raw (paged only), the block prepares the q rows of each
+  // segment and, for a segment that ends its unit, the newest key and value: into the cache for
+  // later steps and into the ring's copy of that row (the copy itself may read the row before it
+  // is written). Every tile, the newest's too, can then be asked for before the PDL wait.
+  const bool fused = in.qkv != nullptr;
+  HeadRotation<D> rot;  // of the segment being prepared
 
   // prefix[i] = len_0 + ... + len_{i-1} for i in [0, batch], len_i = starts[i] + 1 (clamped):
   // each thread sums a run of sequences, a block-wide scan of the runs gives their offsets.
@@ -372,7 +477,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   int primed = 0;
   auto prime = [&](bool early) {
     for (; primed < Tr::kStages - 1; ++primed) {
-      if (early && !ahead.done && ahead.tile == ahead.seg.n_tiles - 1 &&
+      if (early && !fused && !ahead.done && ahead.tile == ahead.seg.n_tiles - 1 &&
           ahead.seg.kend == ahead.seg.len) {
         break;
       }
@@ -411,6 +516,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   if (b < blocks) {
     start_stream();
     prime(true);
+    if (fused) rot.set(in, seg.q0, lane);
   }
   cuda::grid_dependency_wait();
   cuda::grid_launch_dependents();
@@ -442,16 +548,106 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     }
   };
 
-  load_q(seg);
+  // Fused input: the segment's q rows into prepared_q and, where the segment ends its unit, the
+  // newest K and V rows into `newest` and the cache; read after a barrier.
+  // Every row a warp prepares is loaded at once (one round trip): its q rows (heads warp,
+  // warp + kWarps, ...) and, where the segment ends its unit, the newest key (last warp) or value
+  // (the one before).
+  auto prepare = [&](const Segment& s) {
+    constexpr int kPairs = D / 64, kRowsAWarp = Tr::kHeads / Tr::kWarps;
+    using kuiper::cuda::to_float;
+    const T* row = static_cast<const T*>(in.qkv) +
+                   static_cast<size_t>(s.q0) * (g.heads + 2 * g.kv_heads) * D;
+    const bool newest_here = s.kend == s.len;  // block-uniform
+    const bool k_warp = newest_here && warp == Tr::kWarps - 1;
+    const bool v_warp = newest_here && warp == Tr::kWarps - 2;
+    float e0[kRowsAWarp + 1][kPairs], e1[kRowsAWarp + 1][kPairs];
+#pragma unroll
+    for (int j = 0; j <= kRowsAWarp; ++j) {
+      const int r = warp + j * Tr::kWarps;
+      const bool live = j < kRowsAWarp ? r < s.ng : k_warp || v_warp;
+      const T* x = j < kRowsAWarp ? row + static_cast<size_t>(s.kvh * g.group + s.h0 + r) * D
+                                  : row + static_cast<size_t>(g.heads + (v_warp ? g.kv_heads : 0) +
+                                                              s.kvh) * D;
+#pragma unroll
+      for (int k = 0; k < kPairs; ++k) {
+        e0[j][k] = live ? to_float(x[lane + 32 * k]) : 0.0f;
+        e1[j][k] = live ? to_float(x[lane + 32 * k + D / 2]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsAWarp; ++j) {
+      const int r = warp + j * Tr::kWarps;
+      if (r < s.ng) {
+        prepare_head<T, D>(e0[j], e1[j], in.q_norm != nullptr, rot.qw0, rot.qw1, in.eps, rot,
+                           prepared_q + r * D, nullptr, lane);
+      }
+    }
+    if (k_warp || v_warp) {
+      const int pos = in.positions[s.q0];
+      const bool cached = pos >= 0 && pos < g.max_ctx;
+      const size_t at = (static_cast<size_t>(cached ? pos : 0) * g.kv_heads + s.kvh) * D;
+      if (k_warp) {
+        prepare_head<T, D>(e0[kRowsAWarp], e1[kRowsAWarp], in.k_norm != nullptr, rot.kw0,
+                           rot.kw1, in.eps, rot, newest,
+                           cached ? static_cast<T*>(in.k_cache) + at : nullptr, lane);
+      } else {
+        T* vc = static_cast<T*>(in.v_cache) + at;
+#pragma unroll
+        for (int k = 0; k < kPairs; ++k) {
+          const int i = lane + 32 * k;
+          const T a = kuiper::cuda::from_float<T>(e0[kRowsAWarp][k]);
+          const T b = kuiper::cuda::from_float<T>(e1[kRowsAWarp][k]);
+          newest[D + i] = a;
+          newest[D + i + D / 2] = b;
+          if (cached) {
+            vc[i] = a;
+            vc[i + D / 2] = b;
+          }
+        }
+      }
+    }
+  };
+  auto load_prepared_q = [&](const Segment& s) {
+    const T* qa = prepared_q + qr * D + qc;
+    const T* qb = qa + 8 * D;
+    const bool row_a = qr < s.ng, row_b = qr + 8 < s.ng;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qf[kk][0] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16) : 0u;
+      qf[kk][1] = row_b ? *reinterpret_cast<const uint32_t*>(qb + kk * 16) : 0u;
+      qf[kk][2] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16 + 8) : 0u;
+      qf[kk][3] = row_b ? *reinterpret_cast<const uint32_t*>(qb + kk * 16 + 8) : 0u;
+    }
+  };
+
+  if (fused) {
+    prepare(seg);
+    __syncthreads();
+  } else {
+    load_q(seg);
+  }
 
   int consumed = 0;  // tiles of the stream computed so far
   for (;;) {
+    if (fused) load_prepared_q(seg);  // prepared before the last barrier
     float o[D / 8][4] = {};
     MmaRowsSoftmax softmax;
     for (int it = 0; it < seg.n_tiles; ++it, ++consumed) {
       cp_async_wait<Tr::kStages - 2>();  // tile `consumed` has landed (this thread's copies)
       __syncthreads();                   // ... everyone's, and tile consumed - 1 is no longer read
       request();                         // into the slot of tile consumed - 1
+      if (fused && seg.kend == seg.len && it == seg.n_tiles - 1) {  // block-uniform
+        // The newest key's row of the ring's K and V tiles, as prepared (swizzled as copied).
+        T* tile = ring + (consumed % Tr::kStages) * Tr::kStageElems;
+        const int r = seg.len - 1 - (seg.kbeg + it * Tr::kKeys);
+        for (int c = threadIdx.x; c < 2 * (D / 8); c += Tr::kThreads) {
+          const int kv = c / (D / 8), ch = c % (D / 8);
+          *reinterpret_cast<uint4*>(tile + kv * Tr::kKeys * D + r * D + (ch ^ (r & 7)) * 8) =
+              *reinterpret_cast<const uint4*>(newest + kv * D + ch * 8);
+        }
+        __syncthreads();
+      }
 
       const int key0 = seg.kbeg + it * Tr::kKeys + warp * 16;
       if (key0 < seg.kend) {  // warp-uniform; key0 itself is valid, so the maxima are finite
@@ -498,7 +694,14 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
         *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
       }
     }
-    if (more) load_q(seg);  // its latency overlaps the merge
+    if (more) {  // its latency overlaps the merge
+      if (fused) {
+        if (seg.q0 != cur.q0) rot.set(in, seg.q0, lane);
+        prepare(seg);
+      } else {
+        load_q(seg);
+      }
+    }
     __syncthreads();
 
     // The blocks touching this unit: [first, first + used). A unit this block holds whole (every
@@ -659,9 +862,11 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   const int64_t keys = static_cast<int64_t>(g.batch) * g.key_capacity;
   // The attribute is raised once, for the largest batch; each launch asks for what it uses.
   constexpr size_t kPrefixMost = sizeof(int64_t) * (kMaxDecodeBatch + 1);
-  KUIPER_RETURN_IF_ERROR(
-      (allow_shared_memory<flash2_decode_tc<T, D>>(Tr::kMostSharedBytes + kPrefixMost)));
-  const size_t prefix_bytes = paged ? sizeof(int64_t) * (g.batch + 1) : 0;
+  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<T, D>>(
+      Tr::kMostSharedBytes + kPrefixMost + decode_prepared_bytes(D))));
+  const bool fused = a.input.defined();
+  const size_t prefix_bytes = (paged ? sizeof(int64_t) * (g.batch + 1) : 0) +
+                              (fused ? decode_prepared_bytes(D) : 0);
   // Blocks that split units run one an SM (decode_default_grid): they ask for a whole kHeads
   // merge area, which leaves no room for a second (with less, the hardware packed two on some
   // SMs and left others idle: Qwen3-8B fp16 batch 1 167 -> 155.5 tok/s). Past the SM count, the
@@ -677,6 +882,25 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
     grid = decode_default_grid(units, sms, resident);
   }
   const size_t shared = decode_block_alone(grid, sms) ? alone : packed;
+  if (fused && (!paged || !decode_block_alone(grid, sms))) {
+    return Status::Error("attention " + describe(r) + ": the input is prepared in the kernel "
+                         "only where its blocks keep an SM each (flash2_decode_fuses_input)");
+  }
+  DecodeInput in{};
+  if (fused) {
+    const AttentionInput& x = a.input;
+    in.qkv = x.qkv.raw();
+    in.q_norm = x.q_norm != nullptr ? x.q_norm->raw() : nullptr;
+    in.k_norm = x.k_norm != nullptr ? x.k_norm->raw() : nullptr;
+    in.q_norm_dtype = x.q_norm != nullptr ? x.q_norm->dtype() : DataType::kFp32;
+    in.k_norm_dtype = x.k_norm != nullptr ? x.k_norm->dtype() : DataType::kFp32;
+    in.eps = static_cast<float>(x.eps);
+    in.positions = x.positions.data<int32_t>();
+    in.rope_positions = x.rope_positions.data<int32_t>();
+    in.k_cache = const_cast<void*>(a.k_cache.raw());
+    in.v_cache = const_cast<void*>(a.v_cache.raw());
+    in.table = kuiper::cuda::make_rope_table(x.rope, D, D / 2);
+  }
   grid = decode_blocks(static_cast<int64_t>(g.kv_heads) * head_groups * keys,
                        std::min(grid, kMaxDecodeSplits), units);
   KUIPER_LOG_TUNING("attention " + describe(r) + ": " + std::to_string(grid) + " blocks over " +
@@ -691,10 +915,20 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   return cuda::launch(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), shared, r.pdl,
                       "flash2_decode_tc", a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(),
                       o_part, reinterpret_cast<float2*>(ml), arrivals, a.out.data<T>(), g,
-                      head_groups);
+                      head_groups, in);
 }
 
 }  // namespace
+
+Result<bool> flash2_decode_fuses_input(const Geometry& g, const AttentionRequest& r) {
+  if (g.starts == nullptr || r.dtype == DataType::kFp32) return false;
+  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
+  const int units = g.kv_heads * ((g.group + DecodeTcTraits<128>::kHeads - 1) /
+                                  DecodeTcTraits<128>::kHeads) * g.batch;
+  // launch_decode_tc's grid: the request's, or decode_default_grid's, within the SMs exactly
+  // when the units are.
+  return r.decode_grid > 0 ? decode_block_alone(r.decode_grid, sms) : units <= sms;
+}
 
 Status launch_flash2_decode(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                             AttentionBuffers& buffers) {

@@ -13,4 +13,9 @@ Status run_flash1(const AttentionArgs& a, const Geometry& g, const AttentionRequ
 Status run_flash2(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                   AttentionBuffers& buffers);
 
+// Whether launch_flash2_decode prepares AttentionArgs::input inside its kernel for this call: the
+// 16-bit kernel over a paged pool whose blocks keep an SM each (the prepared rows' shared memory
+// would cost a block an SM where two fit).
+Result<bool> flash2_decode_fuses_input(const Geometry& g, const AttentionRequest& r);
+
 }  // namespace kuiper::op::cuda_attention
