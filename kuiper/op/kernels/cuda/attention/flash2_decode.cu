@@ -8,6 +8,8 @@
 // touching a unit to finish combines its partials (no second launch). The kernel is launched with
 // PDL (unless the request turns it off): it starts loading its first tiles before it waits for the
 // kernel before, and keeps them only if the position it reads after the wait is the one it guessed.
+// Given the step's raw q|k|v (op::AttentionInput, paged, blocks an SM each), it also does the q/k
+// norms, RoPE and the cache write of the newest rows itself (DecodeInput, prepare_head).
 // fp32 (flash2_decode_split, SIMT): fixed chunks of kChunk keys, one block per (chunk, kv head,
 // sequence and group of <= 8 query heads), then combine_splits. Either way each split writes an
 // unnormalised partial output with its maximum and sum, partial buffers are sized for the launch's
