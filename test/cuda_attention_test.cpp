@@ -512,6 +512,7 @@ struct InputCase {
   bool many;
   bool norms;
   int grid;
+  int head_dim = 128;
 };
 
 class CudaAttentionPagedInput : public testing::TestWithParam<InputCase> {};
@@ -519,7 +520,7 @@ class CudaAttentionPagedInput : public testing::TestWithParam<InputCase> {};
 TEST_P(CudaAttentionPagedInput, EqualsTheComposition) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
   const InputCase& c = GetParam();
-  constexpr int D = 128;
+  const int D = c.head_dim;
   const PagedProblem& p =
       paged_problem_for({AttentionKind::kFlash2, AttentionPhase::kDecode, c.dtype, true, D, 16,
                          c.many});
@@ -602,6 +603,10 @@ std::vector<InputCase> input_cases() {
   }
   cases.push_back({AttentionKind::kFlash2, DataType::kFp32, false, true, 0});
   cases.push_back({AttentionKind::kMha, DataType::kFp32, false, true, 0});
+  for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
+    cases.push_back({AttentionKind::kFlash2, dtype, false, true, 0, 64});
+    cases.push_back({AttentionKind::kFlash2, dtype, false, false, 7, 64});
+  }
   return cases;
 }
 
@@ -611,7 +616,8 @@ INSTANTIATE_TEST_SUITE_P(
       const InputCase& c = info.param;
       return std::string(attention_name(c.kind)) + "_" + dtype_name(c.dtype) +
              (c.many ? "_many" : "_mixed") + (c.norms ? "_norms" : "") +
-             (c.grid > 0 ? "_grid" + std::to_string(c.grid) : "");
+             (c.grid > 0 ? "_grid" + std::to_string(c.grid) : "") + "_d" +
+             std::to_string(c.head_dim);
     });
 
 // The 16-bit flash2 decode's default grid (host arithmetic): one block an SM, a multiple of the
