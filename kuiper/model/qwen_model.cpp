@@ -468,8 +468,15 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   KUIPER_ASSIGN_OR_RETURN(Tensor k_heads, k.reshape({T, c.num_kv_heads, c.head_dim}));
   // A decode pass hands the stacked q|k|v to the attention op, which prepares it (q/k norms,
   // RoPE, the cache write) inside its kernel where it can (op::AttentionInput).
+  // One token (the one-token workspace) likewise: its q, k and v are views of the q|k|v product
+  // (where the attention composes instead, op::qk_norm_rope_cache writes q over qkv's q heads,
+  // each warp reading its head before writing it, as it did k in place before).
+  // On the H100 (batch 1, graph) that took Qwen2.5-7B int4 from 382-385 to 398-400 tok/s, FP8
+  // 261 to 271, bf16 178 to 181-182 (docs/PERFORMANCE.md).
   op::AttentionInput input;
-  if (stacked_qkv) {
+  const bool qkv_input =
+      stacked_qkv || (one_token && L.qkv_proj.defined() && pass.rope_axes_equal);
+  if (qkv_input) {
     Tensor rotary = ws.rope_positions.rows(0, T);  // axis 0 of the [axes, T] positions
     KUIPER_ASSIGN_OR_RETURN(
         Tensor qkv_heads,
