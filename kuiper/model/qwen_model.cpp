@@ -353,6 +353,30 @@ Status QwenModel::stack_projections() {
     }
     KUIPER_ASSIGN_OR_RETURN(L.gate_up_proj, stack_weights({&L.gate_proj, &L.up_proj}));
   }
+  // int8 / int4 projections go in the GEMV's tiled byte order (weight.h; a warp load reads 512
+  // contiguous bytes; H100, Qwen2.5-7B int4 batch-1 decode 381-388 -> 387-394 tok/s, Qwen3-8B
+  // 317-323 -> 326-328, docs/PERFORMANCE.md). A stack is tiled with its parts (row views of it)
+  // when each part holds whole groups of 8 rows; a part not stacked, alone. op::tile leaves
+  // the CPU's and other formats' weights as they are.
+  auto tile_stack = [](op::Weight& stack, std::initializer_list<op::Weight*> parts) -> Status {
+    if (!stack.defined()) {
+      for (op::Weight* p : parts) KUIPER_RETURN_IF_ERROR(op::tile(*p).status());
+      return Status::Ok();
+    }
+    for (op::Weight* p : parts) {
+      if (p->rows() % 8 != 0) return Status::Ok();
+    }
+    KUIPER_ASSIGN_OR_RETURN(const bool tiled, op::tile(stack));
+    for (op::Weight* p : parts) p->tiled = tiled;
+    return Status::Ok();
+  };
+  for (Layer& L : layers_) {
+    KUIPER_RETURN_IF_ERROR(tile_stack(L.qkv_proj, {&L.q_proj, &L.k_proj, &L.v_proj}));
+    KUIPER_RETURN_IF_ERROR(tile_stack(L.gate_up_proj, {&L.gate_proj, &L.up_proj}));
+    KUIPER_RETURN_IF_ERROR(tile_stack(L.o_proj, {}));
+    KUIPER_RETURN_IF_ERROR(tile_stack(L.down_proj, {}));
+  }
+  KUIPER_RETURN_IF_ERROR(tile_stack(lm_head_, {}));
   // The separate copies went back to the device allocator, in sizes nothing else asks for (an 8B
   // model: 240 MB a layer, 8.4 GB in all): give them back.
   KUIPER_ASSIGN_OR_RETURN(Allocator * allocator, allocator_for(options_.device));

@@ -155,6 +155,17 @@ Status dequantize(const Weight& w, Tensor& out) {
   KUIPER_DISPATCH(out.device(), dequantize(w, out));
 }
 
+Result<bool> tile(Weight& w) {
+  KUIPER_RETURN_IF_ERROR(check_weight(w).With("tile"));
+  if (w.tiled || !tileable(w) || w.device() == DeviceType::kCpu) return false;
+#ifdef KUIPER_WITH_CUDA
+  KUIPER_RETURN_IF_ERROR(cuda::tile(w));
+  return true;
+#else
+  return false;
+#endif
+}
+
 Status quantize(const Tensor& w, Weight& out) {
   KUIPER_RETURN_IF_ERROR(check_weight(out).With("quantize"));
   KUIPER_RETURN_IF_ERROR(same_device("quantize", {&w, &out.values}));

@@ -52,6 +52,10 @@ Status matmul(const Tensor& x, const Weight& w, const Tensor* bias, Tensor& out)
 // fp32/fp16/bf16). A plain w is converted.
 Status dequantize(const Weight& w, Tensor& out);
 
+// w's values into the tiled layout (weight.h), in place, on the GPU; false (w unchanged) where
+// w is not tileable, already tiled, or on the CPU.
+Result<bool> tile(Weight& w);
+
 // Round-to-nearest quantization of w (fp32/fp16/bf16 [N, K], read as fp32) into out, whose
 // format, block and tensors are set (empty_weight) on w's device. Per scale block:
 //   kFp8:  amax = max |w|; scale = amax / 448 (1 for an all-zero block); code =

@@ -1,5 +1,7 @@
 #include "kuiper/op/weight.h"
 
+#include <cstring>
+
 namespace kuiper::op {
 
 const char* weight_format_name(WeightFormat f) {
@@ -47,6 +49,19 @@ Weight Weight::rows(int64_t begin, int64_t count) const {
 Result<Weight> Weight::to(DeviceType device) const {
   Weight w = *this;
   KUIPER_ASSIGN_OR_RETURN(w.values, values.to(device));
+  if (tiled && device == DeviceType::kCpu) {  // the CPU reads row-major: untile
+    KUIPER_ASSIGN_OR_RETURN(Tensor rows, Tensor::empty(w.values.shape(), w.values.dtype(), device));
+    const int64_t N = w.values.dim(0), R = w.values.dim(1);
+    const uint8_t* src = w.values.data<uint8_t>();
+    uint8_t* dst = rows.data<uint8_t>();
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t b = 0; b < R; b += 16) {
+        std::memcpy(dst + n * R + b, src + tiled_offset(n, b, R), 16);
+      }
+    }
+    w.values = rows;
+    w.tiled = false;
+  }
   if (scales.defined()) {
     KUIPER_ASSIGN_OR_RETURN(w.scales, scales.to(device));
   }
@@ -66,6 +81,7 @@ std::string Weight::describe() const {
   } else {
     s += " group " + std::to_string(block_cols);
   }
+  if (tiled) s += " tiled";
   return s + "@" + device_name(device());
 }
 
@@ -81,8 +97,18 @@ bool has_shape(const Tensor& t, DataType dtype, std::vector<int64_t> shape) {
 
 }  // namespace
 
+bool tileable(const Weight& w) {
+  return (w.format == WeightFormat::kInt8 || w.format == WeightFormat::kInt4) &&
+         w.values.defined() && w.values.ndim() == 2 && w.values.dim(0) % 8 == 0 &&
+         w.values.dim(1) % 64 == 0;
+}
+
 Status check_weight(const Weight& w) {
   if (!w.values.defined()) return Status::Error("undefined weight");
+  if (w.tiled && (!tileable(w) || w.device() == DeviceType::kCpu)) {
+    return bad(w, "only int8 / int4 weights of rows a multiple of 8 and row bytes a multiple of "
+                  "64 are tiled, on the GPU");
+  }
   if (w.values.ndim() != 2) return bad(w, "values must be a matrix, not " + w.values.describe());
   const DataType vt = w.values.dtype();
   if (w.fp8_activations &&

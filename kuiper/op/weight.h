@@ -18,6 +18,14 @@
 // Rows of a weight (a row view) keep their scales: a view begins and ends at a multiple of
 // block_rows (or at N), so stacked matrices (q|k|v, gate|up) stay one Weight.
 //
+// Tiled (`tiled`, kInt8 / kInt4 on the GPU only): the values' bytes in the tensor-core GEMV's
+// load order instead of row-major. Rows go in groups of 8, and a group holds its 64-byte pieces
+// (a GEMV super-step: 128 int4 or 64 int8 columns) piece by piece, each piece's 8 rows together:
+// byte b of row n sits at tiled_offset(n, b, R), R the bytes of a row (a multiple of 64; N a
+// multiple of 8). A warp load then reads 512 contiguous bytes where row-major it reads 64 bytes
+// of 8 rows (H100, scripts/access_probe.cu: up to 8% faster). Scales and zeros stay row-major; a
+// row view begins and ends at a multiple of 8 rows.
+//
 // FP8 activations (W8A8; fp8_activations, kFp8 only, K a multiple of 128): the product takes x
 // rounded to E4M3 in groups of kFp8ActivationGroup columns of a row, as transformers'
 // FineGrainedFP8 forward (its act_quant), vLLM and SGLang multiply these checkpoints: for each
@@ -53,6 +61,7 @@ struct Weight {
   Tensor zeros;   // kInt8, kInt4
   int64_t block_rows = 1, block_cols = 1;  // the scale block (quantized formats)
   bool fp8_activations = false;            // W8A8: x rounded to FP8 first (above)
+  bool tiled = false;                      // the GPU GEMV's byte order (above)
 
   bool defined() const { return values.defined(); }
   bool quantized() const { return format != WeightFormat::kPlain; }
@@ -67,9 +76,17 @@ struct Weight {
   // A copy on `device`.
   Result<Weight> to(DeviceType device) const;
   // "int4[4096,4096] group 128@cuda", "fp8[4096,4096] block 128x128@cpu", "fp16[..]@cuda";
-  // "fp8[..] block 128x128 fp8 activations@cuda" with fp8_activations.
+  // "fp8[..] block 128x128 fp8 activations@cuda" with fp8_activations, "... tiled@cuda" tiled.
   std::string describe() const;
 };
+
+// Where byte b of row n of a row-major matrix of R bytes a row sits in the tiled layout.
+inline int64_t tiled_offset(int64_t n, int64_t b, int64_t R) {
+  return (n / 8) * 8 * R + (b / 64) * 512 + (n % 8) * 64 + b % 64;
+}
+// Whether w's values can be tiled: an int8 / int4 weight of rows a multiple of 8 and row bytes a
+// multiple of 64.
+bool tileable(const Weight& w);
 
 // Checks that values, scales and zeros have the dtypes and shapes the format's layout gives
 // them for an [N, K] matrix, all on one device, and that fp8_activations is set only where it

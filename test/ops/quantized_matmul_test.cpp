@@ -439,5 +439,105 @@ TEST(QuantizedMatmul, CasesRunOnCpu) {
   expect_backend_matches_cpu(quantized_cases(/*brief=*/true), DeviceType::kCpu);
 }
 
+// ---- the tiled layout (weight.h) ----
+
+// tiled_offset gives every 16-byte unit of a row-major matrix a place of its own inside its group
+// of 8 rows, and a warp's load (8 rows' piece s) is 512 contiguous bytes.
+TEST(TiledWeight, OffsetsPermuteTheUnitsWithinEachGroupOfRows) {
+  const std::pair<int64_t, int64_t> shapes[] = {{8, 64}, {16, 128}, {24, 1792}};
+  for (const auto& [N, R] : shapes) {
+    std::vector<int> hits(static_cast<size_t>(N * R / 16), 0);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t b = 0; b < R; b += 16) {
+        const int64_t at = op::tiled_offset(n, b, R);
+        ASSERT_EQ(at % 16, 0);
+        ASSERT_EQ(at / (8 * R), n / 8) << "row " << n << " left its group";
+        ++hits[static_cast<size_t>(at / 16)];
+      }
+    }
+    for (int h : hits) ASSERT_EQ(h, 1) << N << " x " << R;
+  }
+  EXPECT_EQ(op::tiled_offset(1, 0, 128) - op::tiled_offset(0, 0, 128), 64);
+  // The piece's last byte: row 7's 64th.
+  EXPECT_EQ(op::tiled_offset(7, 63, 128) - op::tiled_offset(0, 0, 128), 511);
+  EXPECT_EQ(op::tiled_offset(0, 64, 128) - op::tiled_offset(0, 0, 128), 512);
+  EXPECT_EQ(op::tiled_offset(8, 0, 128), 8 * 128);
+}
+
+TEST(TiledWeight, OnlyGpuIntegerWeightsOfWholeGroupsAreTiled) {
+  const Tensor w = random_tensor({16, 256}, 4, DataType::kFp32, 0.05f);
+  auto q = quantized(w, {WeightFormat::kInt4, 1, 128});
+  ASSERT_OK(q.status());
+  EXPECT_TRUE(op::tileable(*q));
+  auto tiled = op::tile(*q);  // on the CPU: left as it is
+  ASSERT_OK(tiled.status());
+  EXPECT_FALSE(*tiled);
+  EXPECT_FALSE(q->tiled);
+  op::Weight marked = *q;
+  marked.tiled = true;
+  EXPECT_FALSE(op::check_weight(marked).ok()) << "a CPU weight marked tiled";
+  EXPECT_FALSE(op::tileable(op::Weight(w)));  // plain
+  auto fp8 = quantized(w, {WeightFormat::kFp8, 128, 128});
+  ASSERT_OK(fp8.status());
+  EXPECT_FALSE(op::tileable(*fp8));
+  auto odd = quantized(random_tensor({12, 256}, 4, DataType::kFp32, 0.05f),
+                       {WeightFormat::kInt8, 1, 128});
+  ASSERT_OK(odd.status());
+  EXPECT_FALSE(op::tileable(*odd)) << "12 rows: not whole groups of 8";
+}
+
+// A tiled weight's products equal the row-major weight's bit for bit on every CUDA path that
+// reads it (the tensor-core GEMV for 1 to 16 rows, the one-row GEMV of an fp32 x, the dequantizing
+// path for many rows, the element-wise paths of groups under a chunk), dequantized, row views of
+// it too, and it comes back to the CPU row-major.
+TEST(TiledWeight, CudaProductsAndTheCopyBackEqualTheRowMajorWeight) {
+  SKIP_WITHOUT_CUDA();
+  // Group 16 of int4 is less than a 16-byte chunk: the readers' element-wise paths (at()).
+  const Format formats[] = {{WeightFormat::kInt8, 1, 128},
+                            {WeightFormat::kInt4, 1, 128},
+                            {WeightFormat::kInt4, 1, 16}};
+  const int64_t N = 48;
+  for (const Format& f : formats) {
+    for (int64_t K : {512, 3584}) {
+      const Tensor w = upload(random_tensor({N, K}, 4, DataType::kFp32, 0.05f), DataType::kFp32,
+                              DeviceType::kCuda);
+      auto rows = quantized(w, f);
+      auto tiled = quantized(w, f);
+      ASSERT_OK(rows.status());
+      ASSERT_OK(tiled.status());
+      auto done = op::tile(*tiled);
+      ASSERT_OK(done.status());
+      ASSERT_TRUE(*done);
+      ASSERT_TRUE(tiled->tiled);
+      ASSERT_NE(host_bytes(tiled->values), host_bytes(rows->values)) << "not permuted";
+      auto back = tiled->to(DeviceType::kCpu);
+      ASSERT_OK(back.status());
+      EXPECT_FALSE(back->tiled);
+      EXPECT_EQ(host_bytes(back->values), host_bytes(rows->values)) << tiled->describe();
+      Tensor want_w = poisoned({N, K}, DataType::kBf16, DeviceType::kCuda);
+      Tensor got_w = poisoned({N, K}, DataType::kBf16, DeviceType::kCuda);
+      ASSERT_OK(op::dequantize(*rows, want_w));
+      ASSERT_OK(op::dequantize(*tiled, got_w));
+      EXPECT_EQ(host_bytes(got_w), host_bytes(want_w)) << "dequantized " << tiled->describe();
+      for (int64_t view : {int64_t{0}, int64_t{8}}) {
+        const op::Weight a = rows->rows(view, N - view), b = tiled->rows(view, N - view);
+        for (DataType act : {DataType::kFp16, DataType::kBf16, DataType::kFp32}) {
+          for (int64_t T : {1, 3, 8, 16, 40}) {
+            if (act == DataType::kFp32 && T != 1) continue;
+            SCOPED_TRACE(b.describe() + " x " + dtype_name(act) + " T " + std::to_string(T) +
+                         " rows from " + std::to_string(view));
+            const Tensor x = upload(random_tensor({T, K}, 3), act, DeviceType::kCuda);
+            Tensor want = poisoned({T, N - view}, DataType::kFp32, DeviceType::kCuda);
+            Tensor got = poisoned({T, N - view}, DataType::kFp32, DeviceType::kCuda);
+            ASSERT_OK(op::matmul(x, a, nullptr, want));
+            ASSERT_OK(op::matmul(x, b, nullptr, got));
+            ASSERT_EQ(host_floats(got), host_floats(want));
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kuiper::test

@@ -59,6 +59,8 @@ Result<json> bench_matmul(DataType activation, double copy_gbs) {
       row["quantize_us"] = q_s * 1e6;
       row["dequantize_us"] = dq_s * 1e6;
     }
+    // int8 / int4 weights in the GEMV's tiled order (weight.h), as the model holds them.
+    for (op::Weight& w : weights) KUIPER_RETURN_IF_ERROR(op::tile(w).status());
     plain = Tensor();
     // 1 row (decode), 2..16 rows (batched decode at small B: the GEMV forms or the GEMM path
     // against T one-row products), then --prompt rows (prefill) whatever its length.

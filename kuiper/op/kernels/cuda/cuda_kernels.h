@@ -25,6 +25,8 @@ Status quantized_matmul(const Tensor& x, const op::Weight& w, const Tensor* bias
 Result<bool> quantized_linear(const Tensor& x, const op::Weight& w,
                               const op::LinearOptions& options, Tensor& out);
 Status dequantize(const op::Weight& w, Tensor& out);
+// op::tile on the GPU (quantized_matmul.cu): w's values permuted in place, w.tiled set.
+Status tile(op::Weight& w);
 // Block-wise FP8 w times many rows of 16-bit x on the FP8 tensor cores (fp8_block_gemm.cu);
 // false where it does not apply (another GPU than sm_90, other scales, shapes cuBLASLt refuses).
 Result<bool> fp8_block_gemm(const Tensor& x, const op::Weight& w, const Tensor* bias, Tensor& out);

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t c = c0 + 32 * u;
         if (t.valid[r] && c < chunks) {
-          raw[r][u] = __ldcs(rows[r].chunks + c);
+          raw[r][u] = __ldcs(Reader::chunk(rows[r], c));
           meta[r][u] = reader.meta(rows[r], c);
         }
       }

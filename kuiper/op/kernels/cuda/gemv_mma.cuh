@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
     const int q = 4 * (warp + kMmaGemvWarps * load_m) + c;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      raw[r][j] = __ldcs(load_rows[r].chunks + q);
+      raw[r][j] = __ldcs(Reader::chunk(load_rows[r], q));
       meta[r][j] = reader.meta(load_rows[r], q);
     }
     if (++load_m == per_tile) {

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
       for (int u = 0; u < kLoads; ++u) {
         const int64_t c = c0 + 32 * u;
         if (t.valid[r] && c < chunks) {
-          raw[r][u] = __ldcs(rows[r].chunks + c);
+          raw[r][u] = __ldcs(Reader::chunk(rows[r], c));
           meta[r][u] = reader.meta(rows[r], c);
         }
       }

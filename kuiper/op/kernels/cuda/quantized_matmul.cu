@@ -40,7 +40,7 @@ __global__ void dequantize_chunks_kernel(const WeightView v, TO* __restrict__ ou
   const int64_t n = i / chunks, c = i % chunks;
   const Reader reader(v);
   const typename Reader::Row row = reader.row(n);
-  const uint4 raw = __ldcs(row.chunks + c);
+  const uint4 raw = __ldcs(Reader::chunk(row, c));
   const typename Reader::Meta m = reader.meta(row, c);
   float w[kVec];
   unscaled<Reader>(raw, m, w);
@@ -92,6 +92,37 @@ Status dequantize_into(const op::Weight& w, Tensor& out) {
     });
   });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tile (weight.h): one thread a 16-byte unit of the row-major values, stored where the tiled
+// layout puts it.
+
+__global__ void tile_kernel(const uint4* __restrict__ rows, uint4* __restrict__ tiled, int64_t N,
+                            int64_t R) {
+  const int64_t units = R / 16;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * units) return;
+  const int64_t n = i / units, b = (i % units) * 16;
+  tiled[((n / 8) * 8 * R + (b / 64) * 512 + (n % 8) * 64 + b % 64) / 16] = rows[i];
+}
+
+}  // namespace
+
+Status tile(op::Weight& w) {
+  const int64_t N = w.values.dim(0), R = w.values.dim(1);
+  KUIPER_ASSIGN_OR_RETURN(Tensor rows, Tensor::empty(w.values.shape(), w.values.dtype(),
+                                                     w.values.device()));
+  KUIPER_RETURN_IF_ERROR(rows.copy_from(w.values));
+  constexpr int kThreads = 256;
+  tile_kernel<<<blocks_for(N * (R / 16), kThreads), kThreads, 0, stream()>>>(
+      rows.data<uint4>(), w.values.data<uint4>(), N, R);
+  KUIPER_CUDA_CHECK_LAUNCH("tile kernel");
+  KUIPER_CUDA_CHECK(cudaStreamSynchronize(stream()));  // before the row-major copy is freed
+  w.tiled = true;
+  return Status::Ok();
+}
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Quantize

@@ -5,6 +5,7 @@
 // A reader's interface (all __device__ but vectorizable):
 //   kVec                      weights in one 16-byte chunk
 //   Row row(n)                row n: its chunks and its scales
+//   chunk(row, c)             where chunk c of the row is (row-major, or tiled: weight.h)
 //   Meta meta(row, c)         what chunk c needs besides its bytes (its scale and zero), loaded
 //                             with the chunk
 //   piece(raw, meta, p, v)    weights 4p .. 4p + 3 of the chunk before the scale: the value,
@@ -48,6 +49,7 @@ struct WeightView {
   int64_t scale_cols;
   int64_t block_rows, block_cols;
   int64_t K;
+  bool tiled;  // values in the tiled layout (weight.h): the integer readers only
 };
 
 inline WeightView weight_view(const op::Weight& w) {
@@ -60,6 +62,7 @@ inline WeightView weight_view(const op::Weight& w) {
   v.block_rows = w.block_rows;
   v.block_cols = w.block_cols;
   v.K = w.cols();
+  v.tiled = w.tiled;
   return v;
 }
 
@@ -199,6 +202,9 @@ struct PlainReader {
     return {reinterpret_cast<const uint4*>(p), reinterpret_cast<const TW*>(p)};
   }
   __device__ Meta meta(const Row&, int64_t) const { return {}; }
+  static __device__ __forceinline__ const uint4* chunk(const Row& r, int64_t c) {
+    return r.chunks + c;
+  }
   static __device__ __forceinline__ void piece(uint4 raw, Meta, int p, float (&v)[4]) {
     const TW* w = reinterpret_cast<const TW*>(&raw);
 #pragma unroll
@@ -236,6 +242,9 @@ struct Fp8Reader {
   }
   __device__ Meta meta(const Row& r, int64_t c) const {
     return __ldg(r.scales + blocks.of(c));
+  }
+  static __device__ __forceinline__ const uint4* chunk(const Row& r, int64_t c) {
+    return r.chunks + c;
   }
   static __device__ __forceinline__ void piece(uint4 raw, Meta, int p, float (&v)[4]) {
     const uint32_t w = chunk_word(raw, p);
@@ -300,16 +309,23 @@ struct IntReader {
     const uint8_t* codes;
     const __half* scales;
     const uint8_t* zeros;
+    int64_t step;  // 16-byte units from one 64-byte piece of the row to the next
   };
   const WeightView v;
   const ChunkBlocks groups;
   __device__ explicit IntReader(const WeightView& view)
       : v(view), groups(view.block_cols / kVec) {}
   __device__ Row row(int64_t n) const {
-    const uint8_t* p = static_cast<const uint8_t*>(v.values) + n * v.row_bytes;
+    // op::tiled_offset(n, 0, R) when tiled.
+    const int64_t at = v.tiled ? (n >> 3) * 8 * v.row_bytes + (n & 7) * 64 : n * v.row_bytes;
+    const uint8_t* p = static_cast<const uint8_t*>(v.values) + at;
     return {reinterpret_cast<const uint4*>(p), p,
             static_cast<const __half*>(v.scales) + n * v.scale_cols,
-            static_cast<const uint8_t*>(v.zeros) + n * v.scale_cols};
+            static_cast<const uint8_t*>(v.zeros) + n * v.scale_cols, v.tiled ? 32 : 4};
+  }
+  // Chunk c: piece c / 4 of the row (tiled: 512 bytes apart), 16 bytes c % 4 of it.
+  static __device__ __forceinline__ const uint4* chunk(const Row& r, int64_t c) {
+    return r.chunks + (c >> 2) * r.step + (c & 3);
   }
   __device__ Meta meta(const Row& r, int64_t c) const {
     const uint32_t g = groups.of(c);
@@ -370,7 +386,9 @@ struct IntReader {
   }
   __device__ float at(const Row& r, int64_t k) const {
     const int64_t g = k / v.block_cols;
-    const int q = kBits == 8 ? r.codes[k] : (r.codes[k / 2] >> (4 * (k % 2))) & 0xf;
+    const int64_t b = kBits == 8 ? k : k / 2;  // the byte of the row, in its 64-byte piece
+    const uint8_t code = r.codes[(b >> 6) * r.step * 16 + (b & 63)];
+    const int q = kBits == 8 ? code : (code >> (4 * (k % 2))) & 0xf;
     return static_cast<float>(q - static_cast<int>(r.zeros[g])) * __half2float(r.scales[g]);
   }
   static bool vectorizable(const WeightView& view) {
