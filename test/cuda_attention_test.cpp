@@ -482,10 +482,12 @@ std::vector<PagedCase> paged_cases() {
       }
     }
   }
-  // Explicit grids: the flash2 16-bit decode's blocks cut units of several sequences; flash1's
-  // splits per (sequence, kv head) (grid / units) of 1 and 3.
+  // Explicit grids: the flash2 16-bit decode's blocks cut units of several sequences, or are two
+  // a unit of the mixed batch (2 * 7 * kKvHeads: thread block clusters on sm_90, a one-key
+  // sequence leaving one block of its clusters no keys); flash1's splits per (sequence, kv head)
+  // (grid / units) of 1 and 3.
   for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
-    for (int grid : {1, 3, 7, 130}) {
+    for (int grid : {1, 3, 7, 2 * 7 * kKvHeads, 130}) {
       for (bool many : {false, true}) {
         cases.push_back({AttentionKind::kFlash2, AttentionPhase::kDecode, dtype, true, 128, 16,
                          many, grid});
@@ -596,7 +598,9 @@ std::vector<InputCase> input_cases() {
   std::vector<InputCase> cases;
   for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
     for (bool norms : {false, true}) {
-      for (int grid : {0, 1, 3, 7, 130}) cases.push_back({AttentionKind::kFlash2, dtype, false, norms, grid});
+      for (int grid : {0, 1, 3, 7, 2 * 7 * kKvHeads, 130}) {  // 28: clusters, as above
+        cases.push_back({AttentionKind::kFlash2, dtype, false, norms, grid});
+      }
       cases.push_back({AttentionKind::kFlash2, dtype, true, norms, 0});  // more units than SMs
       cases.push_back({AttentionKind::kFlash1, dtype, false, norms, 0});
     }
@@ -637,6 +641,27 @@ TEST(AttentionDecodePartition, DefaultGridKeepsAnSmABlockUntilBlocksHoldWholeUni
   for (int units : {1, 8, 64, 132, 133, 512}) {
     const int grid = decode_default_grid(units, 132, 264);
     EXPECT_EQ(decode_block_alone(grid, 132), units <= 132) << units << " units";
+  }
+}
+
+// The 16-bit flash2 decode's thread block clusters (host arithmetic): exactly where the blocks
+// that hold keys are two a unit, pairs; nowhere else.
+TEST(AttentionDecodePartition, TwoBlocksAUnitRunAsClustersOfTwo) {
+  using namespace cuda_attention;
+  EXPECT_EQ(decode_cluster_blocks(128, 64), 2);  // H100, Qwen3-8B at 8 sequences
+  EXPECT_EQ(decode_cluster_blocks(2, 1), 2);
+  EXPECT_EQ(decode_cluster_blocks(128, 32), 1);  // four a unit: measured slower in clusters
+  EXPECT_EQ(decode_cluster_blocks(64, 8), 1);    // eight a unit: no faster
+  EXPECT_EQ(decode_cluster_blocks(64, 64), 1);   // one a unit: nothing to combine
+  EXPECT_EQ(decode_cluster_blocks(132, 64), 1);  // blocks crossing units
+  EXPECT_EQ(decode_cluster_blocks(132, 264), 1);
+  // Qwen3-8B's default grid at each batch on 132 SMs: clusters at 6 to 8 sequences (48 to 64
+  // units in 96 to 128 blocks), not at 1 to 5 (three or more blocks a unit) or past 8 (one).
+  for (int batch = 1; batch <= 16; ++batch) {
+    const int units = 8 * batch;
+    const int grid = decode_blocks(int64_t{units} * 4096, decode_default_grid(units, 132, 264),
+                                   units);
+    EXPECT_EQ(decode_cluster_blocks(grid, units), batch >= 6 && batch <= 8 ? 2 : 1) << batch;
   }
 }
 

@@ -105,6 +105,17 @@ inline Result<int> sm_count() {
   });
 }
 
+// Whether the current device launches thread block clusters (compute capability 9.0 and up).
+inline Result<bool> cluster_launch() {
+  static PerDevice<bool> can;
+  return can.get([]() -> Result<bool> {
+    int device = 0, major = 0;
+    KUIPER_CUDA_CHECK(cudaGetDevice(&device));
+    KUIPER_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 9;
+  });
+}
+
 // Raises kKernel's dynamic shared-memory limit to `bytes` (above 48 KB needs it), once per
 // device; later calls keep the first limit. The kernel is a template argument, not a
 // function-pointer parameter: instantiations that share a signature (flash1_kernel<float, 64>
@@ -180,27 +191,46 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream()>>>(args...), with PDL allowed when `pdl`; a failed launch
-// is returned (and cleared, so the next launch check does not report it again).
+// kernel<<<grid, block, smem, stream()>>>(args...), with PDL allowed when `pdl` and the grid in
+// thread block clusters of `cluster` blocks when it is above 1 (sm_90: cluster_launch()); a
+// failed launch is returned (and cleared, so the next launch check does not report it again).
 template <typename... Params, typename... Args>
-Status launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, bool pdl,
-              const char* what, Args&&... args) {
+Status launch_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          bool pdl, int cluster, const char* what, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream();
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  unsigned n = 0;
+  if (pdl) {
+    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster > 1) {
+    attribute[n].id = cudaLaunchAttributeClusterDimension;
+    attribute[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attribute[n].val.clusterDim.y = 1;
+    attribute[n].val.clusterDim.z = 1;
+    ++n;
+  }
   config.attrs = attribute;
-  config.numAttrs = pdl ? 1 : 0;
+  config.numAttrs = n;
   const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (launched != cudaSuccess) {
     (void)cudaGetLastError();
     return check(launched, what);
   }
   return Status::Ok();
+}
+
+// launch_in_clusters() without clusters.
+template <typename... Params, typename... Args>
+Status launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, bool pdl,
+              const char* what, Args&&... args) {
+  return launch_in_clusters(kernel, grid, block, smem, pdl, 1, what, std::forward<Args>(args)...);
 }
 
 // launch() with PDL: the GEMV and the fused attention-input kernel, measured faster with it

@@ -24,6 +24,7 @@ using cuda::block_reduce;
 using cuda::group_max;
 using cuda::group_sum;
 using cuda::resident_blocks;
+using cuda::cluster_launch;
 using cuda::sm_count;
 using cuda::TypeTag;
 

@@ -56,6 +56,20 @@ KUIPER_DECODE_HD int decode_default_grid(int units, int sms, int64_t resident) {
 // room for a second): any grid that fits the SMs one a block.
 KUIPER_DECODE_HD bool decode_block_alone(int grid, int sms) { return grid <= sms; }
 
+// Blocks a thread block cluster when `blocks` hold the keys of `units` (1: no clusters). Where
+// they are exactly two a unit, each unit's pair runs as one cluster: the two split the unit's
+// keys evenly, each leaves its partial in its own shared memory and the first merges both
+// through distributed shared memory (flash2_decode.cu), where unclustered blocks pass their
+// partials through L2 and the last to arrive, found by an atomic, merges them. Measured on the
+// H200 (Qwen3-8B fp16, kuiper-bench --throughput at 448 + 128 tokens), in clusters against
+// without: 8 sequences (64 units, 128 blocks) 1391-1401 -> 1445-1453 tok/s, 8 at 3968 + 128
+// 1060 -> 1087; but 4 sequences in clusters of 4 (the same 128 blocks) 759-761 -> 682-684 and 2
+// in clusters of 8 407 -> 375, one sequence (64 blocks) in clusters of 8 no different (216.4 ->
+// 215.9): a larger cluster is placed on the SMs of one GPC at once and waits for its slowest.
+KUIPER_DECODE_HD int decode_cluster_blocks(int blocks, int units) {
+  return blocks == 2 * units ? 2 : 1;
+}
+
 // First flat key of block b (b == blocks gives the end of the work).
 KUIPER_DECODE_HD int64_t decode_block_begin(int64_t work, int blocks, int b) {
   return work * b / blocks;

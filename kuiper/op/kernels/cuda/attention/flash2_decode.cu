@@ -5,7 +5,9 @@
 // evenly on the device from the positions (decode_partition.h); a block writes the units it holds
 // whole straight to out, and a partial for a unit it shares with the next or previous block.
 // K/V stream through a cp.async ring, both products run on tensor cores, and the last block
-// touching a unit to finish combines its partials (no second launch). The kernel is launched with
+// touching a unit to finish combines its partials (no second launch); where the blocks are two a
+// unit (decode_cluster_blocks, sm_90), each pair is a thread block cluster and its first block
+// merges both partials through distributed shared memory instead. The kernel is launched with
 // PDL (unless the request turns it off): it starts loading its first tiles before it waits for the
 // kernel before, and keeps them only if the position it reads after the wait is the one it guessed.
 // Given the step's raw q|k|v (op::AttentionInput, paged, blocks an SM each), it also does the q/k
@@ -16,6 +18,8 @@
 // key_capacity and device-position grids for the capacity (blocks past the position's work exit at
 // once), so nothing about a decode step depends on the position except what the kernels read from
 // the device.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     flash2_decode_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      float* __restrict__ o_part, float2* __restrict__ ml_part,
                      int* __restrict__ arrivals, T* __restrict__ out, Geometry g,
-                     int head_groups, const DecodeInput in) {
+                     int head_groups, int cluster, const DecodeInput in) {
   using Tr = DecodeTcTraits<D>;
   extern __shared__ uint4 shared16[];
   T* ring = reinterpret_cast<T*>(shared16);
@@ -399,6 +403,16 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   auto partition = [&](int contiguous_len) {
     len0 = contiguous_len;
     work = static_cast<int64_t>(seq_units) * keys_before(g.batch);
+    if (cluster > 1) {  // unit b / cluster, split evenly over its cluster (decode_cluster_blocks)
+      blocks = gridDim.x;
+      const int unit = b / cluster, part = b % cluster;
+      const int seq_i = unit / seq_units, u = unit % seq_units;
+      const int64_t len = keys_before(seq_i + 1) - keys_before(seq_i);
+      const int64_t unit0 = seq_units * keys_before(seq_i) + u * len;
+      block_begin = unit0 + len * part / cluster;
+      end = unit0 + len * (part + 1) / cluster;
+      return;
+    }
     blocks = decode_blocks(work, gridDim.x, seq_units * g.batch);
     block_begin = decode_block_begin(work, blocks, b);
     end = decode_block_begin(work, blocks, b + 1);
@@ -491,7 +505,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     seg = segment_at(block_begin);
     ahead.seg = seg;
     ahead.tile = 0;
-    ahead.done = false;
+    ahead.done = seg.n_tiles == 0;  // a cluster's block with no keys (a unit shorter than it)
     look_up_ahead();
     requested = 0;
     primed = 0;
@@ -706,6 +720,73 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     }
     __syncthreads();
 
+    if (cluster > 1) {  // block-uniform
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      // The unit's blocks are one cluster (decode_cluster_blocks), one segment each. Each leaves
+      // its partial in its own shared memory (the ring: every tile of the segment consumed, no
+      // copy in flight), the cluster syncs (a release of the partials and an acquire of the
+      // others'), and its first block merges them through distributed shared memory and writes
+      // the output; the second sync keeps the others' shared memory until it has read them.
+      namespace cg = cooperative_groups;
+      static_assert(Tr::kRingBytes >= Tr::kHeads * (D + 2) * sizeof(float),
+                    "a cluster's partial fits the ring");
+      cg::cluster_group cl = cg::this_cluster();
+      float* cpo = reinterpret_cast<float*>(ring);                        // [kHeads][D]
+      float2* cml = reinterpret_cast<float2*>(cpo + Tr::kHeads * D);      // [kHeads]
+      for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
+        const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < Tr::kWarps; ++w) mx = fmaxf(mx, mm[w * rows + r]);
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float sum = 0.0f;
+        if (mx != -INFINITY) {  // a block with no keys leaves (-inf, 0) and zeros
+#pragma unroll
+          for (int w = 0; w < Tr::kWarps; ++w) {
+            const float wt = fast_exp2(mm[w * rows + r] - mx);
+            const float4 x = *reinterpret_cast<const float4*>(mo + (w * rows + r) * D + d);
+            acc.x += wt * x.x;
+            acc.y += wt * x.y;
+            acc.z += wt * x.z;
+            acc.w += wt * x.w;
+            sum += wt * ml[w * rows + r];
+          }
+        }
+        *reinterpret_cast<float4*>(cpo + r * D + d) = acc;
+        if (d == 0) cml[r] = make_float2(mx, sum);
+      }
+      cl.sync();  // release the partials to the cluster, acquire the others'
+      if (cl.block_rank() == 0) {
+        for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
+          const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+          float M = -INFINITY;
+          for (int c = 0; c < cluster; ++c) M = fmaxf(M, cl.map_shared_rank(cml, c)[r].x);
+          float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          float l = 0.0f;
+          for (int c = 0; c < cluster; ++c) {
+            const float2 x = cl.map_shared_rank(cml, c)[r];
+            if (x.x == -INFINITY) continue;
+            const float wt = fast_exp2(x.x - M);
+            const float4 y = *reinterpret_cast<const float4*>(cl.map_shared_rank(cpo, c) + r * D + d);
+            acc.x += wt * y.x;
+            acc.y += wt * y.y;
+            acc.z += wt * y.z;
+            acc.w += wt * y.w;
+            l += wt * x.y;
+          }
+          const float inv = 1.0f / l;  // l > 0: some block of the unit holds a key
+          const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+          store_vec<T, 4>(out + (static_cast<size_t>(cur.q0) * g.heads + cur.kvh * g.group +
+                                 cur.h0 + r) * D + d, res);
+        }
+      }
+      cl.sync();  // the first block is done reading: the others' shared memory may go
+#else
+      __trap();  // the host launches clusters only on sm_90 and up (cluster_launch)
+#endif
+      break;
+    }
+
     // The blocks touching this unit: [first, first + used). A unit this block holds whole (every
     // unit but its first and last, and all of them once sequences outnumber the blocks) is
     // written straight to out. Otherwise the block writes a partial: slot (block, 0) for its
@@ -905,8 +986,11 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   }
   grid = decode_blocks(static_cast<int64_t>(g.kv_heads) * head_groups * keys,
                        std::min(grid, kMaxDecodeSplits), units);
+  KUIPER_ASSIGN_OR_RETURN(const bool clusters, cluster_launch());
+  const int cluster = clusters ? decode_cluster_blocks(grid, units) : 1;
   KUIPER_LOG_TUNING("attention " + describe(r) + ": " + std::to_string(grid) + " blocks over " +
-                    std::to_string(units) + " (sequence, kv head, head group) units, " +
+                    std::to_string(units) + " (sequence, kv head, head group) units" +
+                    (cluster > 1 ? " in clusters of " + std::to_string(cluster) : "") + ", " +
                     std::to_string(g.key_capacity) + " keys a sequence at most");
   // Two partial slots a block (its first and last segment) of kHeads rows each.
   const size_t slots = static_cast<size_t>(grid) * 2 * Tr::kHeads;
@@ -914,10 +998,11 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
   KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(buffers, units));
   // PDL: what the kernel may read before its wait is in the kernel.
-  return cuda::launch(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), shared, r.pdl,
-                      "flash2_decode_tc", a.q.data<T>(), a.k_cache.data<T>(), a.v_cache.data<T>(),
-                      o_part, reinterpret_cast<float2*>(ml), arrivals, a.out.data<T>(), g,
-                      head_groups, in);
+  return cuda::launch_in_clusters(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), shared,
+                                  r.pdl, cluster, "flash2_decode_tc", a.q.data<T>(),
+                                  a.k_cache.data<T>(), a.v_cache.data<T>(), o_part,
+                                  reinterpret_cast<float2*>(ml), arrivals, a.out.data<T>(), g,
+                                  head_groups, cluster, in);
 }
 
 }  // namespace
