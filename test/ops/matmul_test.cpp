@@ -56,11 +56,12 @@ std::vector<OpCase> matmul_cases() {
   // 16-bit weights the two-row GEMV (2 x 4096 x 203: a last warp with one row; 2 x 512 x 20001:
   // several tiles a block on its persistent grid); 3 to 8 rows the multi-row tensor-core GEMV
   // (8 x 1024 x 203: a stage for each warp, a partial last tile; 3 x 384 x 40: fewer stages than
-  // warps; 6 x 256 x 9000: several tiles a block); otherwise cuBLAS for like types and the tiled
-  // kernel for mixed ones.
+  // warps; 6 x 256 x 9000: several tiles a block; 5 x 1280 x 12000: more tiles a block than
+  // kMmaGemvSlots on up to about 150 SMs, their 10 stages each dealt across tiles' ends);
+  // otherwise cuBLAS for like types and the tiled kernel for mixed ones.
   const Shape shapes[] = {{1, 1024, 300}, {1, 67, 45},    {1, 4096, 129},   {2, 256, 128},
                           {17, 67, 45},   {33, 512, 257}, {2, 4096, 203},   {2, 512, 20001},
-                          {8, 1024, 203}, {3, 384, 40},   {6, 256, 9000}};
+                          {8, 1024, 203}, {3, 384, 40},   {6, 256, 9000},   {5, 1280, 12000}};
   std::vector<OpCase> cases;
   for (const Shape& s : shapes) {
     for (DataType act : kActivations) {

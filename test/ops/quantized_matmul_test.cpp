@@ -369,14 +369,22 @@ std::vector<OpCase> quantized_cases(bool brief) {
     } else {
       shapes = {{f.block_cols == 128 ? int64_t{384} : int64_t{320}, 100}, {1024, 64}};
     }
+    // The long shape: more tiles a block of the tensor-core GEMV's persistent grid than it has
+    // slots for their sums (kMmaGemvSlots, at up to about 300 SMs), and a K of 10 or 20
+    // super-steps, which the block's stream of them deals across tiles' ends; briefly.
+    shapes.push_back({1280, 24000});
     if (brief) shapes.resize(1);
     for (const Shape& s : shapes) {
+      const bool long_shape = s.N == 24000;
       for (DataType act : kActivations) {
         if (brief && act != DataType::kFp32) continue;
+        if (long_shape && act != DataType::kBf16) continue;
         for (int64_t T : {1, 3, 8, 16, 17, 70}) {
           if (s.K == 1024 && T > 8) continue;  // the wide shape: the GEMVs' loops, briefly
+          if (long_shape && T != 1 && T != 8) continue;
           if (brief && T != 1 && T != 17) continue;
           for (int form = 0; form < 5; ++form) {  // matmul, +bias, norm, norm swiglu, residual
+            if (long_shape && form != 0 && form != 3) continue;
             const bool swiglu = form == 3, residual = form == 4, norm = form == 2 || swiglu;
             const bool bias = form == 1;
             // SwiGLU's halves are row views, which begin at a multiple of the FP8 block's rows.

@@ -47,7 +47,10 @@
 // where they are loaded (about 81%; weight_readers.cuh's IntReader::Meta). A ring of 8
 // super-steps in shared memory by cp.async instead of 4 in registers was slower (Qwen2.5-7B int4
 // decode 268 against 327 tok/s); so were shorter rings at 3 or 4 blocks an SM, no barrier at a
-// tile's end, and groups of 4 warps a tile (docs/PERFORMANCE.md).
+// tile's end, and groups of 4 warps a tile (docs/PERFORMANCE.md). Dealing the super-steps of a
+// block's tiles to its warps as one stream, each tile's sums handed over by named barriers
+// (leave_tile_sums) instead of a block barrier a tile, was faster (H200, batch-1 decode,
+// Qwen2.5-7B int4 393 -> 409 tok/s, FP8 272 -> 282, Qwen3-8B int4 339 -> 344).
 #pragma once
 
 #include <algorithm>
@@ -71,6 +74,51 @@ constexpr int kMmaGemvMaxRows = 8;    // rows of x a launch takes: the mma's 8 c
 constexpr int kMmaGemvMaxBatch = 16;
 constexpr int kMmaGemvRing = 4;       // super-steps in flight per warp (2 x 16 bytes a lane each)
 constexpr int kMmaGemvPadPairs = 16;  // 64 bytes after each staged row of x (MmaXs)
+// Tiles of a block whose warps' sums may wait for their epilogue at once (leave_tile_sums), each
+// slot with a pair of named barriers.
+constexpr int kMmaGemvSlots = 4;
+
+// Named barriers (ids 1 to 15; 0 is __syncthreads): bar.sync waits until `threads` threads have
+// arrived or synced on `id`, bar.arrive counts this warp without waiting. Both order the warp's
+// earlier shared-memory accesses before those of the threads the barrier releases.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The hand-over of a block's tile i from the `workers` warps that multiply (warps 0 to workers -
+// 1, each with a share of the tile's K) to warp i % workers, which adds their sums up and stores
+// the outputs, without stopping the others: a warp leaving tile i writes its sums (acc, then
+// zeroed) to slot i % kMmaGemvSlots of sums and arrives at the slot's "full" barrier (id 1 +
+// slot); the adding warp syncs on it instead, and true is returned to it alone. Once it has read
+// the slot it calls release_tile_sums, arriving at the slot's "free" barrier (id 1 +
+// kMmaGemvSlots + slot), on which every warp syncs before it writes the slot again, for tile i +
+// kMmaGemvSlots. Every working warp calls this once a tile, in tile order.
+__device__ __forceinline__ bool leave_tile_sums(float (*sums)[kMmaGemvWarps][32][4],
+                                                float (&acc)[4], int i, int workers, int warp,
+                                                int lane) {
+  const int slot = i % kMmaGemvSlots;
+  if (i >= kMmaGemvSlots) named_sync(1 + kMmaGemvSlots + slot, 32 * workers + 32);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    sums[slot][warp][lane][k] = acc[k];
+    acc[k] = 0.0f;
+  }
+  if (i % workers != warp) {
+    named_arrive(1 + slot, 32 * workers);
+    return false;
+  }
+  named_sync(1 + slot, 32 * workers);
+  return true;
+}
+// The adding warp of tile i has read its slot (leave_tile_sums), of a block of `tiles` tiles.
+__device__ __forceinline__ void release_tile_sums(int i, int tiles, int workers) {
+  if (i + kMmaGemvSlots < tiles) {
+    named_arrive(1 + kMmaGemvSlots + i % kMmaGemvSlots, 32 * workers + 32);
+  }
+}
 
 // The 16-bit type the mma multiplies in, for x of type TX and out of type TO: x's own, or out's
 // when x is the fp32 residual stream (the norm forms).
@@ -279,29 +327,23 @@ __device__ void mma_gemv_store(const GemvArgs& a, const MmaTileRows& t, const fl
   }
 }
 
-// A tile's sums and outputs, for a block that holds all of K.
-template <typename TO>
-__device__ void mma_gemv_epilogue(const GemvArgs& a, const MmaTileRows& t,
-                                  const float (*sums)[32][4], int workers, int lane) {
-  float v[4];
-  mma_gemv_sum(sums, workers, lane, v);
-  mma_gemv_store<TO>(a, t, v, lane);
-}
-
-// A persistent grid: block b takes tiles b, b + gridDim.x, ... with x staged once. Warp w takes
-// super-steps w, w + 8, ... of each of its block's tiles, and its 16-byte loads run
+// A persistent grid: block b takes tiles b, b + gridDim.x, ... with x staged once. The block's
+// tiles' super-steps form one stream, sigma = tile * steps + s (s < steps = K / (4 kVec)), dealt
+// to its `workers` warps (all 8, or one a super-step where K has fewer): warp w takes sigma = w,
+// w + workers, ..., so every warp does the same number of super-steps within one over the whole
+// block (Qwen2.5-7B int4's K = 3584 is 28 a tile: dealt a tile at a time that was 4 for half the
+// warps and 3 for the rest, every tile, H200: 409 against 393 tok/s). A warp's 16-byte loads run
 // kMmaGemvRing super-steps ahead of its mma through a ring of registers that carries on across
-// tiles, so the weights stream without a gap between tiles. After its last super-step of a tile
-// a warp leaves its sums in shared memory (two buffers, by tile parity) and the block meets at a
-// barrier; warp (tile % 8) adds them up and stores the tile's outputs while the others go on.
-// Rows past N (a partial last tile) read row 0 and x rows past T read row T - 1: the mma keeps
-// every row and column of its product apart, and those are never stored.
+// tiles, and no block barrier stops them: a warp leaving a tile hands its sums over
+// (leave_tile_sums) and goes on. Rows past N (a partial last tile) read row 0 and x rows past T
+// read row T - 1: the mma keeps every row and column of its product apart, and those are never
+// stored.
 template <typename Reader, typename T16, typename TX, typename TO>
 __global__ void __launch_bounds__(kMmaGemvThreads, 2)
     gemv_mma_kernel(const GemvArgs a, int tiles) {
   extern __shared__ __align__(16) float xs_storage[];  // the one-row GEMV's name and type too
   uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
-  __shared__ float sums[2][kMmaGemvWarps][32][4];
+  __shared__ float sums[kMmaGemvSlots][kMmaGemvWarps][32][4];
   constexpr int kVec = Reader::kVec;
   constexpr int kRing = kMmaGemvRing;
   using Layout = MmaXs<kVec>;
@@ -310,16 +352,17 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
-  const int steps = K / (4 * kVec);  // super-steps: a chunk for each c
-  const int per_tile = steps > warp ? (steps - warp + kMmaGemvWarps - 1) / kMmaGemvWarps : 0;
+  const int steps = K / (4 * kVec);  // super-steps a tile: a chunk for each c (at least one)
   const int workers = steps < kMmaGemvWarps ? steps : kMmaGemvWarps;
   const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+  const bool working = warp < workers;
   float* xsum = xs_storage + T * Layout::row_pairs(K);
 
   // The ring: slot j holds a super-step's chunks of the lane's two rows and their scales.
   uint4 raw[2][kRing];
   Meta meta[2][kRing];
-  int load_tile = 0, load_m = 0;  // the next super-step to load: (tile ordinal, m)
+  int load_tile = 0, load_sigma = warp;  // the next super-step to load (workers <= steps: a
+                                         // step of the stream crosses at most one tile's end)
   typename Reader::Row load_rows[2];
   auto set_load_rows = [&]() {
     const MmaTileRows t(a, static_cast<int>(blockIdx.x) + load_tile * gridDim.x, g);
@@ -328,18 +371,16 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   };
   auto issue = [&](int j) {
     if (load_tile >= my_tiles) return;
-    const int q = 4 * (warp + kMmaGemvWarps * load_m) + c;
+    const int q = 4 * (load_sigma - load_tile * steps) + c;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       raw[r][j] = __ldcs(Reader::chunk(load_rows[r], q));
       meta[r][j] = reader.meta(load_rows[r], q);
     }
-    if (++load_m == per_tile) {
-      load_m = 0;
-      if (++load_tile < my_tiles) set_load_rows();
-    }
+    load_sigma += workers;
+    if (load_sigma - load_tile * steps >= steps && ++load_tile < my_tiles) set_load_rows();
   };
-  if (per_tile > 0) {
+  if (working && my_tiles > 0) {
     set_load_rows();
 #pragma unroll
     for (int j = 0; j < kRing; ++j) issue(j);  // weights only: safe before the previous kernel ends
@@ -347,29 +388,19 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   grid_dependency_wait();
   grid_launch_dependents();
   stage_x_pairs<Reader, T16, TX, MmaType<TX, TO>>(a, xs, xsum);
+  if (!working) return;  // K has fewer super-steps than the block has warps
 
   const int x_n = g < T ? g : T - 1;  // this lane's column of B
   const uint32_t* x_row = xs + x_n * Layout::row_pairs(K);
-  auto end_tile = [&](int i) {  // every warp, once per tile, in tile order
-    __syncthreads();
-    if (i % kMmaGemvWarps == warp) {
-      mma_gemv_epilogue<TO>(a, MmaTileRows(a, static_cast<int>(blockIdx.x) + i * gridDim.x, g),
-                            sums[i & 1], workers, lane);
-    }
-  };
-  if (per_tile == 0) {  // K has fewer super-steps than the block has warps: barriers only
-    for (int i = 0; i < my_tiles; ++i) end_tile(i);
-    return;
-  }
   // The C columns of this lane (x rows 2c and 2c + 1, clamped as x_n) for the biased pairs' sums.
   const int n_lo = 2 * c < T ? 2 * c : T - 1, n_hi = 2 * c + 1 < T ? 2 * c + 1 : T - 1;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int tile = 0, m = 0;  // the super-step the mma is at
+  int tile = 0, sigma = warp;  // the super-step the mma is at
   while (tile < my_tiles) {
 #pragma unroll
     for (int j = 0; j < kRing; ++j) {
       if (tile >= my_tiles) break;  // warp-uniform, as is everything the mma depends on
-      const int s = warp + kMmaGemvWarps * m, q = 4 * s + c;
+      const int s = sigma - tile * steps, q = 4 * s + c;
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int jj = 0; jj < Layout::kUnits; ++jj) {
@@ -413,14 +444,15 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
       acc[2] += part[2] * s_hi;
       acc[3] += part[3] * s_hi;
       issue(j);  // the slot is free: the super-step kRing ahead
-      if (++m == per_tile) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sums[tile & 1][warp][lane][i] = acc[i];
-          acc[i] = 0.0f;
+      sigma += workers;
+      if (sigma - tile * steps >= steps) {  // the warp's last super-step of the tile
+        if (leave_tile_sums(sums, acc, tile, workers, warp, lane)) {
+          float v[4];
+          mma_gemv_sum(sums[tile % kMmaGemvSlots], workers, lane, v);
+          release_tile_sums(tile, my_tiles, workers);
+          mma_gemv_store<TO>(
+              a, MmaTileRows(a, static_cast<int>(blockIdx.x) + tile * gridDim.x, g), v, lane);
         }
-        end_tile(tile);
-        m = 0;
         ++tile;
       }
     }
@@ -440,9 +472,9 @@ inline Result<int64_t> max_dynamic_shared_memory() {
 }
 
 // Whether gemv_mma takes this product: T16 multiplies (x or out 16-bit, an fp32 x only when
-// normalised), the reader's chunks apply, K holds whole super-steps and a quantized weight's
-// scale groups whole super-steps, T <= kMmaGemvMaxRows (one launch), and one staged row of x
-// fits.
+// normalised), the reader's chunks apply, K holds whole super-steps (at least one) and a
+// quantized weight's scale groups whole super-steps, T <= kMmaGemvMaxRows (one launch), and one
+// staged row of x fits.
 template <typename Reader, typename TX, typename TO>
 bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
   if constexpr (std::is_same_v<TX, float> && std::is_same_v<TO, float>) {
@@ -450,7 +482,7 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
   } else {
     constexpr int64_t kStep = 4 * Reader::kVec;
     if (std::is_same_v<TX, float> && a.norm == nullptr) return false;
-    if (a.T < 1 || a.T > kMmaGemvMaxRows || a.K % kStep != 0) return false;
+    if (a.T < 1 || a.T > kMmaGemvMaxRows || a.K < kStep || a.K % kStep != 0) return false;
     if (a.w.block_cols % kStep != 0) return false;
     if (!Reader::vectorizable(a.w)) return false;
     if (a.fp8_activations && !std::is_same_v<Reader, Fp8Reader>) return false;
@@ -521,7 +553,7 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
   // What the kernel's static shared memory leaves of the block's limit.
   const int64_t smem_limit = optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps *
-                                         (2 * 32 * 4 + kMmaGemvMaxRows);
+                                         (kMmaGemvSlots * 32 * 4 + kMmaGemvMaxRows);
   bool ran = false;
   KUIPER_RETURN_IF_ERROR(
       visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {

@@ -11,9 +11,9 @@
 // shared memory by cp.async, 2 rows x 256 contiguous bytes an instruction, and reads its mma
 // operands out of the ring with 16-byte shared loads: lane (g, c) takes chunk 4r + c of rows g
 // and g + 8, four weight pairs each, for two mma steps, and x's row g at the same columns (which
-// columns fill an mma's k-slots is free as long as A and B agree: gemv_mma.cuh). Stage j of a
-// tile (columns [128 j, 128 j + 128)) belongs to warp j % 8. H100, Qwen3-8B fp16, cold weights,
-// 8 rows, us against cuBLAS (kuiper-bench --matmul-only): q|k|v 20.0 against 22.6, o 14.3 against
+// columns fill an mma's k-slots is free as long as A and B agree: gemv_mma.cuh). The stages of a
+// block's tiles (stage j: columns [128 j, 128 j + 128)) are dealt to its warps as one stream.
+// H100, Qwen3-8B fp16, cold weights, 8 rows, us against cuBLAS (kuiper-bench --matmul-only): q|k|v 20.0 against 22.6, o 14.3 against
 // 15.4, gate+up 70.9 against 74.7, lm_head 414.6 against 437.1; down_proj (K = 12288, each tile
 // split over 2 blocks, split_k.cuh, for x to fit) 39.1 against 40.4. In the model the RMSNorms
 // stay apart at these rows (qwen_model.cpp; staging 8 fp32 rows normalised cost more than the
@@ -60,7 +60,8 @@ inline int64_t gemv_rows_mma_smem(int64_t T, int64_t K) {
 // block's limit.
 inline Result<int64_t> gemv_rows_mma_smem_limit() {
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
-  return optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps * (2 * 32 * 4 + kMmaGemvMaxRows);
+  return optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps *
+                     (kMmaGemvSlots * 32 * 4 + kMmaGemvMaxRows);
 }
 
 // The blocks a tile of gemv_rows_mma is split over (split_k.cuh) for T rows of x of K columns
@@ -167,12 +168,15 @@ __device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs, int k0, int Ks) {
 }
 
 // With S = split.splits > 1, block b takes split b % S of K for tiles b / S, b / S + gridDim.x /
-// S, ... (split_k.cuh); the sums of a tile's last split to finish are its outputs.
+// S, ... (split_k.cuh); the sums of a tile's last split to finish are its outputs. The block's
+// tiles' stages are dealt to its warps as one stream, as gemv_mma_kernel deals its super-steps
+// (warp w takes stages w, w + workers, ... of the stream, sigma = tile * stages + j), each tile's
+// sums handed over by leave_tile_sums.
 template <typename TW, typename TX, typename TO>
 __global__ void __launch_bounds__(kMmaGemvThreads, 1)
     gemv_rows_mma_kernel(const GemvArgs a, int tiles, const SplitK split) {
   extern __shared__ __align__(16) float smem[];
-  __shared__ float sums[2][kMmaGemvWarps][32][4];
+  __shared__ float sums[kMmaGemvSlots][kMmaGemvWarps][32][4];
   using Reader = PlainReader<TW>;
   using Layout = MmaXs<Reader::kVec>;
   static_assert(Reader::kVec == 8, "16-bit weights: 8 columns a chunk");
@@ -187,10 +191,10 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   const int k0 = S > 1 ? split.begin(sp) * kSplitKColumns : 0;  // the block's columns of K
   const int Ks = S > 1 ? split.begin(sp + 1) * kSplitKColumns - k0 : K;
   const int stage0 = k0 / kRowsMmaStageCols;  // the first stage of those
-  const int stages = Ks / kRowsMmaStageCols;
-  const int per_tile = stages > warp ? (stages - warp + kMmaGemvWarps - 1) / kMmaGemvWarps : 0;
+  const int stages = Ks / kRowsMmaStageCols;  // at least one
   const int workers = stages < kMmaGemvWarps ? stages : kMmaGemvWarps;
   const int my_tiles = (tiles - group + groups - 1) / groups;
+  const bool working = warp < workers;
   auto tile_at = [&](int i) { return group + i * groups; };  // the block's i-th tile
   uint4* my_ring = ring + warp * kRing * kRowsMmaStageChunks;
 
@@ -198,7 +202,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   // tile being row[r / 8] of MmaTileRows for g = r % 8 (8 gate and 8 up rows for SwiGLU).
   const char* load_row[8];
   bool load_valid[8];
-  int load_tile = 0, load_m = 0, load_slot = 0;
+  int load_tile = 0, load_sigma = warp, load_slot = 0;  // the next stage to load
   auto set_load_rows = [&]() {
     const int tile = tile_at(load_tile);
 #pragma unroll
@@ -212,7 +216,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   };
   auto issue = [&]() {  // the warp's next stage, or an empty group past its last
     if (load_tile < my_tiles) {
-      const int chunk = (stage0 + warp + kMmaGemvWarps * load_m) * 16 + lane % 16;
+      const int chunk = (stage0 + load_sigma - load_tile * stages) * 16 + lane % 16;
       uint4* buf = my_ring + load_slot * kRowsMmaStageChunks;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -222,14 +226,12 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
                    load_row[i] + static_cast<int64_t>(chunk) * 16, load_valid[i]);
       }
       load_slot = load_slot + 1 == kRing ? 0 : load_slot + 1;
-      if (++load_m == per_tile) {
-        load_m = 0;
-        if (++load_tile < my_tiles) set_load_rows();
-      }
+      load_sigma += workers;
+      if (load_sigma - load_tile * stages >= stages && ++load_tile < my_tiles) set_load_rows();
     }
     cp_async_commit();
   };
-  if (per_tile > 0) {
+  if (working && my_tiles > 0) {
     set_load_rows();
 #pragma unroll
     for (int j = 0; j < kRing - 1; ++j) issue();  // weights only: safe before the previous kernel ends
@@ -237,47 +239,19 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   grid_dependency_wait();
   grid_launch_dependents();
   stage_rows_x<TW, TX>(a, xs, k0, Ks);
+  if (!working) return;  // K has fewer stages than the block has warps
 
   const int x_n = g < T ? g : T - 1;  // this lane's column of B
   const uint32_t* x_row = xs + x_n * Layout::row_pairs(Ks);
-  auto end_tile = [&](int i) {  // every warp, once per tile, in tile order
-    __syncthreads();
-    if (i % kMmaGemvWarps == warp) {
-      float v[4];
-      mma_gemv_sum(sums[i & 1], workers, lane, v);
-      if (S == 1) {
-        mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(i), g), v, lane);
-      } else {
-        split_k_leave(split, tile_at(i), sp, lane, v);
-      }
-    }
-  };
-  // Split K: once the block's copies are done, each warp counts in the tiles it left partials
-  // of, and stores those it finished last.
-  auto finish_splits = [&]() {
-    if (S == 1) return;
-    __threadfence();
-    for (int i = warp; i < my_tiles; i += kMmaGemvWarps) {
-      float v[4];
-      if (split_k_last(split, tile_at(i), lane, v)) {
-        mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(i), g), v, lane);
-      }
-    }
-  };
-  if (per_tile == 0) {  // K has fewer stages than the block has warps: barriers only
-    for (int i = 0; i < my_tiles; ++i) end_tile(i);
-    finish_splits();
-    return;
-  }
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int tile = 0, m = 0, slot = 0;
-  const int total = my_tiles * per_tile;
+  int tile = 0, sigma = warp, slot = 0;  // the stage the mma is at
+  const int total = (my_tiles * stages - warp + workers - 1) / workers;
   for (int s = 0; s < total; ++s) {
     issue();  // stage s + kRing - 1, into the slot stage s - 1 freed
     cp_async_wait<kRing - 1>();
     __syncwarp();  // every lane's copies of stage s are in
     const uint4* buf = my_ring + slot * kRowsMmaStageChunks;
-    const int q0 = (warp + kMmaGemvWarps * m) * 16;  // the stage's first chunk of a row
+    const int q0 = (sigma - tile * stages) * 16;  // the stage's first chunk of a row
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int q = 4 * r + c;
@@ -291,18 +265,31 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
     }
     __syncwarp();  // the slot is read: the next issue may overwrite it
     slot = slot + 1 == kRing ? 0 : slot + 1;
-    if (++m == per_tile) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sums[tile & 1][warp][lane][i] = acc[i];
-        acc[i] = 0.0f;
+    sigma += workers;
+    if (sigma - tile * stages >= stages) {  // the warp's last stage of the tile
+      if (leave_tile_sums(sums, acc, tile, workers, warp, lane)) {
+        float v[4];
+        mma_gemv_sum(sums[tile % kMmaGemvSlots], workers, lane, v);
+        release_tile_sums(tile, my_tiles, workers);
+        if (S == 1) {
+          mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(tile), g), v, lane);
+        } else {
+          split_k_leave(split, tile_at(tile), sp, lane, v);
+        }
       }
-      end_tile(tile);
-      m = 0;
       ++tile;
     }
   }
-  finish_splits();
+  // Split K: once the block's copies are done, each adding warp counts in the tiles it left
+  // partials of, and stores those it finished last.
+  if (S == 1) return;
+  __threadfence();
+  for (int i = warp; i < my_tiles; i += workers) {
+    float v[4];
+    if (split_k_last(split, tile_at(i), lane, v)) {
+      mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(i), g), v, lane);
+    }
+  }
 }
 
 // The product of kRowsMmaMinRows to kRowsMmaMaxRows rows of x through gemv_rows_mma_kernel where
