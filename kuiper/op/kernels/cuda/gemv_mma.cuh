@@ -292,7 +292,10 @@ __device__ __forceinline__ void mma_gemv_sum(const float (*sums)[32][4], int wor
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     v[i] = 0.0f;
-    for (int w = 0; w < workers; ++w) v[i] += sums[w][lane][i];
+#pragma unroll
+    for (int w = 0; w < kMmaGemvWarps; ++w) {  // unrolled: the loads all in flight at once
+      if (w < workers) v[i] += sums[w][lane][i];
+    }
   }
 }
 
