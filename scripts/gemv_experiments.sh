@@ -1,0 +1,77 @@
+#!/bin/bash
+# The tensor-core GEMVs' experiment patches (docs/experiments/) against the tree, in one device
+# call: builds kuiper-bench of this tree, times it, then for each variant applies its patches
+# (NAME or NAME+NAME, from docs/experiments/NAME.patch) in place, rebuilds (only the GEMV objects
+# change), times it and takes them off again. Figures: batch-1 decode of Qwen2.5-7B int4 (lm_head
+# int4) and FP8 and full-batch decode of Qwen3-8B fp16 at 4 and 8 sequences. Short table last.
+#
+#   device run tool:  command "export OUT; bash scripts/gemv_experiments.sh float4-sums seven-slots"
+#                     carry [".gpu"]
+# STEPS adds "peer" (the PyTorch batched peer at 8 sequences, scripts/peer_bench.py) and "ncu"
+# (Nsight Compute's warp states of the tree's GEMV launches in two eager decode steps of
+# Qwen2.5-7B int4, $OUT/ncu.txt) after the variants. BUILD reuses a configured build directory.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-dev}
+OUT=${OUT:-$BUILD/experiments}
+STEPS=${STEPS:-}
+mkdir -p "$OUT"
+if [ -d .gpu/debs ]; then source scripts/deps.sh install .gpu/debs; fi
+T0=$(date +%s)
+stamp() { echo "[t=$(($(date +%s) - T0))s] $*" >&2; }
+cmake -S . -B "$BUILD" -G Ninja -DKUIPER_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 ||
+  { tail -20 "$OUT/cmake.log"; exit 1; }
+bench="./$BUILD/bin/kuiper-bench"
+build() {
+  ninja -C "$BUILD" kuiper-bench > "$OUT/build.log" 2>&1 || { grep -m5 -A10 error "$OUT/build.log"; return 1; }
+}
+decode() {  # decode tok/s of one batch-1 run
+  "$bench" --config "models/$1.json" --dtype bf16 $2 --prompt 512 --gen 128 --repeat 1 --cuda-graph 2>&1 |
+    grep '^| ' | tail -1 | cut -d'|' -f10 | tr -d ' '
+}
+batched() {  # full-batch decode tok/s at 4 and 8 sequences
+  "$bench" --throughput --config models/qwen3-8b.json --dtype fp16 --cuda-graph --concurrency 4,8 \
+    --input-len 448 --output-len 128 2>&1 | grep '^| flash2' | cut -d'|' -f9 | tr -d ' ' | paste -sd' '
+}
+measure() {  # a row of the table
+  local i4a i4b f8a f8b
+  i4a=$(decode qwen2.5-7b "--quantize int4 --quantize-lm-head int4")
+  f8a=$(decode qwen2.5-7b "--quantize fp8")
+  i4b=$(decode qwen2.5-7b "--quantize int4 --quantize-lm-head int4")
+  f8b=$(decode qwen2.5-7b "--quantize fp8")
+  echo "| $1 | $i4a, $i4b | $f8a, $f8b | $(batched) |"
+}
+patches() { echo "$1" | tr '+' ' '; }
+
+table="| variant | int4 tok/s | FP8 tok/s | 4 / 8 seqs tok/s |
+|---|---|---|---|"
+build || exit 1
+stamp built
+table+=$'\n'"$(measure tree)"
+for v in "$@"; do
+  ok=1
+  for p in $(patches "$v"); do git apply "docs/experiments/$p.patch" || { echo "$p does not apply"; ok=0; }; done
+  if [ $ok = 1 ] && build; then
+    stamp "built $v"
+    table+=$'\n'"$(measure "$v")"
+  else
+    table+=$'\n'"| $v | (not built) | | |"
+  fi
+  for p in $(patches "$v"); do git apply -R "docs/experiments/$p.patch" 2>/dev/null; done
+done
+build || exit 1
+table+=$'\n'"$(measure "tree again")"
+stamp measured
+if [[ " $STEPS " == *" peer "* ]]; then
+  python3 scripts/peer_bench.py --batched --config models/qwen3-8b.json --batch-sizes 8 --context 512 \
+    > "$OUT/peer.log" 2>&1
+  table+=$'\n\n'"peer at 8: $(grep '^| ' "$OUT/peer.log" | tail -1)"
+fi
+if [[ " $STEPS " == *" ncu "* ]]; then
+  ncu --clock-control none --kernel-name regex:gemv_mma_kernel --launch-skip 200 --launch-count 8 \
+    --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+    --section SpeedOfLight "$bench" --config models/qwen2.5-7b.json --dtype bf16 --quantize int4 \
+    --quantize-lm-head int4 --prompt 16 --gen 4 --repeat 1 > "$OUT/ncu.txt" 2>&1
+  table+=$'\n\n'"ncu: $(grep -cE 'gemv_mma_kernel' "$OUT/ncu.txt") kernel sections in ncu.txt"
+fi
+echo "$table"
