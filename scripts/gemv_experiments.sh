@@ -9,7 +9,9 @@
 #                     carry [".gpu"]
 # STEPS adds "peer" (the PyTorch batched peer at 8 sequences, scripts/peer_bench.py) and "ncu"
 # (Nsight Compute's warp states of the tree's GEMV launches in two eager decode steps of
-# Qwen2.5-7B int4, $OUT/ncu.txt) after the variants. BUILD reuses a configured build directory.
+# Qwen2.5-7B int4, $OUT/ncu.txt) after the variants; AGAIN=1 times the tree again after them (for
+# drift). BUILD reuses a configured build directory. About 85 s a variant after the first build
+# (H200): three variants a call keep inside the device's 600 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-dev}
@@ -60,7 +62,7 @@ for v in "$@"; do
   for p in $(patches "$v"); do git apply -R "docs/experiments/$p.patch" 2>/dev/null; done
 done
 build || exit 1
-table+=$'\n'"$(measure "tree again")"
+if [ -n "${AGAIN:-}" ]; then table+=$'\n'"$(measure "tree again")"; fi
 stamp measured
 if [[ " $STEPS " == *" peer "* ]]; then
   python3 scripts/peer_bench.py --batched --config models/qwen3-8b.json --batch-sizes 8 --context 512 \
