@@ -70,9 +70,9 @@ if [[ " $STEPS " == *" peer "* ]]; then
   table+=$'\n\n'"peer at 8: $(grep '^| ' "$OUT/peer.log" | tail -1)"
 fi
 if [[ " $STEPS " == *" ncu "* ]]; then
-  ncu --clock-control none --kernel-name regex:gemv_mma_kernel --launch-skip 200 --launch-count 8 \
+  ncu --clock-control none --kernel-name regex:gemv_mma_kernel --launch-skip 400 --launch-count 8 \
     --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
-    --section SpeedOfLight "$bench" --config models/qwen2.5-7b.json --dtype bf16 --quantize int4 \
+    --section SpeedOfLight --section SourceCounters "$bench" --config models/qwen2.5-7b.json --dtype bf16 --quantize int4 \
     --quantize-lm-head int4 --prompt 16 --gen 4 --repeat 1 > "$OUT/ncu.txt" 2>&1
   table+=$'\n\n'"ncu: $(grep -cE 'gemv_mma_kernel' "$OUT/ncu.txt") kernel sections in ncu.txt"
 fi
