@@ -176,7 +176,7 @@ template <typename TW, typename TX, typename TO>
 __global__ void __launch_bounds__(kMmaGemvThreads, 1)
     gemv_rows_mma_kernel(const GemvArgs a, int tiles, const SplitK split) {
   extern __shared__ __align__(16) float smem[];
-  __shared__ float sums[kMmaGemvSlots][kMmaGemvWarps][32][4];
+  __shared__ __align__(16) float sums[kMmaGemvSlots][kMmaGemvWarps][32][4];
   using Reader = PlainReader<TW>;
   using Layout = MmaXs<Reader::kVec>;
   static_assert(Reader::kVec == 8, "16-bit weights: 8 columns a chunk");

@@ -68,12 +68,16 @@ __device__ __forceinline__ bool split_k_last(const SplitK& s, int tile, int lane
   __threadfence();
   const float4* const base = s.partials + static_cast<int64_t>(tile) * s.splits * 32 + lane;
   float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < s.splits; ++i) {
-    const float4 p = __ldcg(base + i * 32);
-    sum[0] += p.x;
-    sum[1] += p.y;
-    sum[2] += p.z;
-    sum[3] += p.w;
+  // Unrolled: every partial's load in flight at once, added in split order.
+#pragma unroll
+  for (int i = 0; i < kSplitKMaxSplits; ++i) {
+    if (i < s.splits) {
+      const float4 p = __ldcg(base + i * 32);
+      sum[0] += p.x;
+      sum[1] += p.y;
+      sum[2] += p.z;
+      sum[3] += p.w;
+    }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) v[i] = sum[i];
