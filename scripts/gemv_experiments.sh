@@ -74,6 +74,18 @@ if [[ " $STEPS " == *" ncu "* ]]; then
     --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
     --section SpeedOfLight --section SourceCounters "$bench" --config models/qwen2.5-7b.json --dtype bf16 --quantize int4 \
     --quantize-lm-head int4 --prompt 16 --gen 4 --repeat 1 > "$OUT/ncu.txt" 2>&1
+  # gate|up's launch of a layer (the second tensor-core GEMV of four): warp stall reasons, per
+  # issued instruction, and per SASS instruction (Source page) in ncu_source.csv.
+  gate_up=(--kernel-name regex:gemv_mma_kernel --launch-skip 401 --launch-count 1)
+  ncu --clock-control none "${gate_up[@]}" \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,gpu__time_duration.sum,dram__bytes_read.sum' \
+    "$bench" --config models/qwen2.5-7b.json --dtype bf16 --quantize int4 --quantize-lm-head int4 \
+    --prompt 16 --gen 4 --repeat 1 > "$OUT/ncu_stalls.txt" 2>&1
+  ncu --clock-control none "${gate_up[@]}" --section SourceCounters --section WarpStateStats \
+    --page source --csv --print-source sass \
+    "$bench" --config models/qwen2.5-7b.json --dtype bf16 --quantize int4 --quantize-lm-head int4 \
+    --prompt 16 --gen 4 --repeat 1 > "$OUT/ncu_source.csv" 2>&1
   table+=$'\n\n'"ncu: $(grep -cE 'gemv_mma_kernel' "$OUT/ncu.txt") kernel sections in ncu.txt"
+  table+=$'\n'"$(grep -E 'stalled|inst_executed|duration|dram__bytes' "$OUT/ncu_stalls.txt" | sed 's/smsp__average_warps_issue_stalled_//' | head -30)"
 fi
 echo "$table"
