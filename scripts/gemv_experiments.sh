@@ -5,11 +5,12 @@
 # change), times it and takes them off again. Figures: batch-1 decode of Qwen2.5-7B int4 (lm_head
 # int4) and FP8 and full-batch decode of Qwen3-8B fp16 at 4 and 8 sequences. Short table last.
 #
-#   device run tool:  command "export OUT; bash scripts/gemv_experiments.sh float4-sums seven-slots"
+#   device run tool:  command "export OUT; bash scripts/gemv_experiments.sh two-chains held-x"
 #                     carry [".gpu"]
 # STEPS adds "peer" (the PyTorch batched peer at 8 sequences, scripts/peer_bench.py) and "ncu"
 # (Nsight Compute's warp states of the tree's GEMV launches in two eager decode steps of
-# Qwen2.5-7B int4, $OUT/ncu.txt) after the variants; AGAIN=1 times the tree again after them (for
+# Qwen2.5-7B int4, $OUT/ncu.txt; gate|up's stall reasons and SASS counters, ncu_stalls.txt and
+# ncu_source.csv) after the variants; AGAIN=1 times the tree again after them (for
 # drift). BUILD reuses a configured build directory. About 85 s a variant after the first build
 # (H200): three variants a call keep inside the device's 600 s.
 set -uo pipefail
