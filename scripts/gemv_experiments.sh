@@ -11,7 +11,10 @@
 # (Nsight Compute's warp states of the tree's GEMV launches in two eager decode steps of
 # Qwen2.5-7B int4, $OUT/ncu.txt; gate|up's stall reasons and SASS counters, ncu_stalls.txt and
 # ncu_source.csv) after the variants; AGAIN=1 times the tree again after them (for
-# drift). BUILD reuses a configured build directory. About 85 s a variant after the first build
+# drift). TESTS=FILTER also builds kuiper_tests with each variant applied and runs that gtest
+# filter (e.g. 'Matmul*:Linear*:QuantizedMatmul*:TiledWeight*:QuantizedModel*:*QuantizedFixture*:
+# CudaModel*:*BatchTest*', the GEMVs' and their models'; about 60 s to build, then the tests),
+# its result at the end of the variant's row. BUILD reuses a configured build directory. About 85 s a variant after the first build
 # (H200): three variants a call keep inside the device's 600 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +59,18 @@ for v in "$@"; do
   for p in $(patches "$v"); do git apply "docs/experiments/$p.patch" || { echo "$p does not apply"; ok=0; }; done
   if [ $ok = 1 ] && build; then
     stamp "built $v"
-    table+=$'\n'"$(measure "$v")"
+    row=$(measure "$v")
+    if [ -n "${TESTS:-}" ]; then  # the variant's GPU tests of $TESTS (a gtest filter)
+      log="$OUT/tests_$(echo "$v" | tr '+' '_').log"
+      if ninja -C "$BUILD" kuiper_tests > "$OUT/build_tests.log" 2>&1; then
+        "./$BUILD/bin/kuiper_tests" --gtest_brief=1 --gtest_filter="$TESTS" > "$log" 2>&1 &&
+          row+=" tests: $(grep -m1 -o 'PASSED .*' "$log")" || row+=" tests FAILED ($log)"
+      else
+        row+=" tests: not built"
+      fi
+      stamp "tested $v"
+    fi
+    table+=$'\n'"$row"
   else
     table+=$'\n'"| $v | (not built) | | |"
   fi
