@@ -10,8 +10,9 @@
 # SOURCE is a kuiper/op/kernels/cuda/SOURCE.cu of the configured build/ (README's setup). The
 # CUDA 13 toolkit here has no disassembler, and its cubins are not readable by older ones, so the
 # PTX nvcc 13 writes is assembled again by the ptxas of CUDA 11.8 (PTX version lowered to 7.8)
-# and disassembled by its nvdisasm: instruction scheduling differs a little from CUDA 13's, the
-# counts between two trees compare. One-time setup of $CUDA118 (default /tmp/nvt/x/usr/bin), from
+# and disassembled by its nvdisasm: its register allocation and scheduling differ from CUDA 13's
+# (11.8 copies 64-bit pointers into aligned register pairs before loads, for one), so counts
+# between two trees compare to within a few instructions a block; measure anything smaller. One-time setup of $CUDA118 (default /tmp/nvt/x/usr/bin), from
 # Debian's non-free archive:
 #   add "contrib non-free" to Components in /etc/apt/sources.list.d/debian.sources, apt-get
 #   update, then in /tmp/nvt: apt-get download nvidia-cuda-toolkit && dpkg-deb -x *.deb x
