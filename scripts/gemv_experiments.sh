@@ -14,7 +14,7 @@
 # drift). TESTS=FILTER also builds kuiper_tests with each variant applied and runs that gtest
 # filter (e.g. 'Matmul*:Linear*:QuantizedMatmul*:TiledWeight*:QuantizedModel*:*QuantizedFixture*:
 # CudaModel*:*BatchTest*', the GEMVs' and their models'; about 60 s to build, then the tests),
-# its result at the end of the variant's row. BUILD reuses a configured build directory. About 85 s a variant after the first build
+# its result at the end of the variant's row (qwen3_infer is built too: the fixtures' tests run it). BUILD reuses a configured build directory. About 85 s a variant after the first build
 # (H200): three variants a call keep inside the device's 600 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +54,7 @@ table="| variant | int4 tok/s | FP8 tok/s | 4 / 8 seqs tok/s |
 build || exit 1
 stamp built
 table+=$'\n'"$(measure tree)"
+echo "$table" > "$OUT/table.md"  # each row as it comes, should the call run out of time
 for v in "$@"; do
   ok=1
   for p in $(patches "$v"); do git apply "docs/experiments/$p.patch" || { echo "$p does not apply"; ok=0; }; done
@@ -62,7 +63,7 @@ for v in "$@"; do
     row=$(measure "$v")
     if [ -n "${TESTS:-}" ]; then  # the variant's GPU tests of $TESTS (a gtest filter)
       log="$OUT/tests_$(echo "$v" | tr '+' '_').log"
-      if ninja -C "$BUILD" kuiper_tests > "$OUT/build_tests.log" 2>&1; then
+      if ninja -C "$BUILD" kuiper_tests qwen3_infer > "$OUT/build_tests.log" 2>&1; then
         "./$BUILD/bin/kuiper_tests" --gtest_brief=1 --gtest_filter="$TESTS" > "$log" 2>&1 &&
           row+=" tests: $(grep -m1 -o 'PASSED .*' "$log")" || row+=" tests FAILED ($log)"
       else
@@ -71,6 +72,7 @@ for v in "$@"; do
       stamp "tested $v"
     fi
     table+=$'\n'"$row"
+    echo "$row" >> "$OUT/table.md"
   else
     table+=$'\n'"| $v | (not built) | | |"
   fi
