@@ -89,22 +89,24 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 }
 
 // The hand-over of a block's tile i from the `workers` warps that multiply (warps 0 to workers -
-// 1, each with a share of the tile's K) to warp i % workers, which adds their sums up and stores
-// the outputs, without stopping the others: a warp leaving tile i writes its sums (acc, then
-// zeroed) to slot i % kMmaGemvSlots of sums and arrives at the slot's "full" barrier (id 1 +
-// slot); the adding warp syncs on it instead, and true is returned to it alone. Once it has read
+// 1, each with a share of the tile's K) to warp i % workers (`adds` is true for it alone; the
+// callers count it rather than divide), which adds their sums up and stores the outputs, without
+// stopping the others: a warp leaving tile i writes its sums (acc, then zeroed) to slot i %
+// kMmaGemvSlots of sums and arrives at the slot's "full" barrier (id 1 + slot); the adding warp
+// syncs on it instead, and returns true. Once it has read
 // the slot it calls release_tile_sums, arriving at the slot's "free" barrier (id 1 +
 // kMmaGemvSlots + slot), on which every warp syncs before it writes the slot again, for tile i +
 // kMmaGemvSlots. Every working warp calls this once a tile, in tile order.
 __device__ __forceinline__ bool leave_tile_sums(float (*sums)[kMmaGemvWarps][32][4],
-                                                float (&acc)[4], int i, int workers, int warp,
-                                                int lane) {
-  const int slot = i % kMmaGemvSlots;
+                                                float (&acc)[4], int i, int workers, bool adds,
+                                                int warp, int lane) {
+  static_assert((kMmaGemvSlots & (kMmaGemvSlots - 1)) == 0, "slots: a power of two");
+  const int slot = i & (kMmaGemvSlots - 1);
   if (i >= kMmaGemvSlots) named_sync(1 + kMmaGemvSlots + slot, 32 * workers + 32);
   *reinterpret_cast<float4*>(sums[slot][warp][lane]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
 #pragma unroll
   for (int k = 0; k < 4; ++k) acc[k] = 0.0f;
-  if (i % workers != warp) {
+  if (!adds) {
     named_arrive(1 + slot, 32 * workers);
     return false;
   }
@@ -114,7 +116,7 @@ __device__ __forceinline__ bool leave_tile_sums(float (*sums)[kMmaGemvWarps][32]
 // The adding warp of tile i has read its slot (leave_tile_sums), of a block of `tiles` tiles.
 __device__ __forceinline__ void release_tile_sums(int i, int tiles, int workers) {
   if (i + kMmaGemvSlots < tiles) {
-    named_arrive(1 + kMmaGemvSlots + i % kMmaGemvSlots, 32 * workers + 32);
+    named_arrive(1 + kMmaGemvSlots + (i & (kMmaGemvSlots - 1)), 32 * workers + 32);
   }
 }
 
@@ -133,13 +135,17 @@ template <int kVec>
 struct MmaXs {
   static constexpr int kUnits = kVec / 8;
   static __device__ __forceinline__ int row_pairs(int K) { return K / 2 + kMmaGemvPadPairs; }
-  // Where unit j of chunk q of row n begins, in pairs from the start of the row.
-  static __device__ __forceinline__ int at(int q, int j, int n) {
-    const int odd = n & 1, c = q & 3;
-    int unit = j;
-    if constexpr (kUnits == 4) unit = j ^ ((c >> 1) | (odd << 1));
-    if constexpr (kUnits == 2) unit = j ^ odd;
-    return q * (kVec / 2) + 4 * unit;
+  // The unit swizzle of chunks q = c (mod 4) in row n: a lane's constant.
+  static __device__ __forceinline__ int swizzle(int c, int n) {
+    const int odd = n & 1;
+    if constexpr (kUnits == 4) return (c >> 1) | (odd << 1);
+    if constexpr (kUnits == 2) return odd;
+    return 0;
+  }
+  // Where unit j of chunk q of row n begins, in pairs from the start of the row (sw =
+  // swizzle(q % 4, n)).
+  static __device__ __forceinline__ int at(int q, int j, int sw) {
+    return q * (kVec / 2) + 4 * (j ^ sw);
   }
 };
 
@@ -251,7 +257,8 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
     }
     const int q = u / (kVec / 8), j = u % (kVec / 8);
     if (active) {
-      *reinterpret_cast<uint4*>(xs + n * pairs + Layout::at(q, j, n)) =
+      const int at = Layout::at(q, j, Layout::swizzle(q & 3, n));
+      *reinterpret_cast<uint4*>(xs + n * pairs + at) =
           make_uint4(unit[0], unit[1], unit[2], unit[3]);
     }
     if constexpr (Reader::kBiasedPairs) {
@@ -365,30 +372,59 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   const bool working = warp < workers;
   float* xsum = xs_storage + T * Layout::row_pairs(K);
 
+  // How far a warp's chunks of a row are from one of its super-steps to the next in a tile.
+  const int64_t load_stride = [&] {
+    const typename Reader::Row r0 = reader.row(0);
+    return static_cast<int64_t>(Reader::chunk(r0, 4) - Reader::chunk(r0, 0)) * workers;
+  }();
   // The ring: slot j holds a super-step's chunks of the lane's two rows and their scales.
   uint4 raw[2][kRing];
   Meta meta[2][kRing];
-  int load_tile = 0, load_sigma = warp;  // the next super-step to load (workers <= steps: a
-                                         // step of the stream crosses at most one tile's end)
+  // The next super-step to load: super-step load_s of the block's tile load_tile (workers <=
+  // steps: a step of the stream crosses at most one tile's end). Its chunks' addresses advance
+  // by a constant within a tile (the readers' chunk q + 4 is a fixed distance past chunk q),
+  // computed afresh at each tile.
+  int load_tile = 0, load_s = warp;
   typename Reader::Row load_rows[2];
-  auto set_load_rows = [&]() {
-    const MmaTileRows t(a, static_cast<int>(blockIdx.x) + load_tile * gridDim.x, g);
+  const uint4* load_at[2];
+  // A whole tile's rows are the previous tile's moved on by tile_rows (the reader's advance), not
+  // found afresh; only a block's first tile and the grid's partial last one (rows past N read
+  // row 0) are.
+  const int tile_height = a.swiglu ? 8 : 16;
+  const int64_t tile_rows = static_cast<int64_t>(tile_height) * gridDim.x;
+  auto set_load_rows = [&](bool first) {
+    const int tile = static_cast<int>(blockIdx.x) + load_tile * gridDim.x;
+    if (first || static_cast<int64_t>(tile + 1) * tile_height > a.N) {
+      const MmaTileRows t(a, tile, g);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) load_rows[r] = reader.row(t.valid[r] ? t.row[r] : 0);
+      for (int r = 0; r < 2; ++r) load_rows[r] = reader.row(t.valid[r] ? t.row[r] : 0);
+    } else {
+      const MmaTileRows t(a, tile, g);  // row numbers: only where the reader's advance uses them
+#pragma unroll
+      for (int r = 0; r < 2; ++r) reader.advance(load_rows[r], t.row[r], tile_rows);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) load_at[r] = Reader::chunk(load_rows[r], 4 * load_s + c);
   };
   auto issue = [&](int j) {
     if (load_tile >= my_tiles) return;
-    const int q = 4 * (load_sigma - load_tile * steps) + c;
+    const int q = 4 * load_s + c;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      raw[r][j] = __ldcs(Reader::chunk(load_rows[r], q));
+      raw[r][j] = __ldcs(load_at[r]);
       meta[r][j] = reader.meta(load_rows[r], q);
     }
-    load_sigma += workers;
-    if (load_sigma - load_tile * steps >= steps && ++load_tile < my_tiles) set_load_rows();
+    load_s += workers;
+    if (load_s >= steps) {
+      load_s -= steps;
+      if (++load_tile < my_tiles) set_load_rows(false);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) load_at[r] += load_stride;
+    }
   };
   if (working && my_tiles > 0) {
-    set_load_rows();
+    set_load_rows(true);
 #pragma unroll
     for (int j = 0; j < kRing; ++j) issue(j);  // weights only: safe before the previous kernel ends
   }
@@ -401,17 +437,20 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   const uint32_t* x_row = xs + x_n * Layout::row_pairs(K);
   // The C columns of this lane (x rows 2c and 2c + 1, clamped as x_n) for the biased pairs' sums.
   const int n_lo = 2 * c < T ? 2 * c : T - 1, n_hi = 2 * c + 1 < T ? 2 * c + 1 : T - 1;
+  const int x_sw = Layout::swizzle(c, x_n);
+  const uint4* x_units = reinterpret_cast<const uint4*>(x_row);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int tile = 0, sigma = warp;  // the super-step the mma is at
+  int tile = 0, s = warp;  // the super-step the mma is at: super-step s of the block's tile
+  int adder = 0;           // tile % workers: the warp that adds the tile up
   while (tile < my_tiles) {
 #pragma unroll
     for (int j = 0; j < kRing; ++j) {
       if (tile >= my_tiles) break;  // warp-uniform, as is everything the mma depends on
-      const int s = sigma - tile * steps, q = 4 * s + c;
+      const int q = 4 * s + c;
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int jj = 0; jj < Layout::kUnits; ++jj) {
-        const uint4 b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q, jj, x_n));
+        const uint4 b = x_units[q * Layout::kUnits + (jj ^ x_sw)];  // Layout::at in 16 bytes
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int step = 2 * jj + h;  // the mma step: the chunk's pairs 2 step, 2 step + 1
@@ -451,16 +490,18 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
       acc[2] += part[2] * s_hi;
       acc[3] += part[3] * s_hi;
       issue(j);  // the slot is free: the super-step kRing ahead
-      sigma += workers;
-      if (sigma - tile * steps >= steps) {  // the warp's last super-step of the tile
-        if (leave_tile_sums(sums, acc, tile, workers, warp, lane)) {
+      s += workers;
+      if (s >= steps) {  // the warp's last super-step of the tile
+        s -= steps;
+        if (leave_tile_sums(sums, acc, tile, workers, adder == warp, warp, lane)) {
           float v[4];
-          mma_gemv_sum(sums[tile % kMmaGemvSlots], workers, lane, v);
+          mma_gemv_sum(sums[tile & (kMmaGemvSlots - 1)], workers, lane, v);
           release_tile_sums(tile, my_tiles, workers);
           mma_gemv_store<TO>(
               a, MmaTileRows(a, static_cast<int>(blockIdx.x) + tile * gridDim.x, g), v, lane);
         }
         ++tile;
+        adder = adder + 1 == workers ? 0 : adder + 1;
       }
     }
   }

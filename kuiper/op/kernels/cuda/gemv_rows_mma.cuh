@@ -245,6 +245,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
   const uint32_t* x_row = xs + x_n * Layout::row_pairs(Ks);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int tile = 0, sigma = warp, slot = 0;  // the stage the mma is at
+  int adder = 0;                         // tile % workers: the warp that adds the tile up
   const int total = (my_tiles * stages - warp + workers - 1) / workers;
   for (int s = 0; s < total; ++s) {
     issue();  // stage s + kRing - 1, into the slot stage s - 1 freed
@@ -257,7 +258,8 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
       const int q = 4 * r + c;
       const uint4 lo = buf[g * 16 + rows_mma_swizzle(q, g)];
       const uint4 hi = buf[(g + 8) * 16 + rows_mma_swizzle(q, g + 8)];
-      const uint4 b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q0 + q, 0, x_n));
+      // One unit a chunk: no swizzle.
+      const uint4 b = *reinterpret_cast<const uint4*>(x_row + Layout::at(q0 + q, 0, 0));
       const uint32_t step0[4] = {lo.x, hi.x, lo.y, hi.y};
       TensorCore<TW>::mma(acc, step0, b.x, b.y);
       const uint32_t step1[4] = {lo.z, hi.z, lo.w, hi.w};
@@ -267,9 +269,9 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
     slot = slot + 1 == kRing ? 0 : slot + 1;
     sigma += workers;
     if (sigma - tile * stages >= stages) {  // the warp's last stage of the tile
-      if (leave_tile_sums(sums, acc, tile, workers, warp, lane)) {
+      if (leave_tile_sums(sums, acc, tile, workers, adder == warp, warp, lane)) {
         float v[4];
-        mma_gemv_sum(sums[tile % kMmaGemvSlots], workers, lane, v);
+        mma_gemv_sum(sums[tile & (kMmaGemvSlots - 1)], workers, lane, v);
         release_tile_sums(tile, my_tiles, workers);
         if (S == 1) {
           mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(tile), g), v, lane);
@@ -278,6 +280,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
         }
       }
       ++tile;
+      adder = adder + 1 == workers ? 0 : adder + 1;
     }
   }
   // Split K: once the block's copies are done, each adding warp counts in the tiles it left

@@ -237,8 +237,19 @@ struct Fp8Reader {
       : v(view), blocks(view.block_cols / kVec) {}
   __device__ Row row(int64_t n) const {
     const uint8_t* p = static_cast<const uint8_t*>(v.values) + n * v.row_bytes;
-    return {reinterpret_cast<const uint4*>(p), p,
-            static_cast<const float*>(v.scales) + (n / v.block_rows) * v.scale_cols};
+    return {reinterpret_cast<const uint4*>(p), p, scales_of(n)};
+  }
+  // r made the row `by` rows further on, row n (the tensor-core GEMV's next tile).
+  __device__ void advance(Row& r, int64_t n, int64_t by) const {
+    r.chunks += by * v.row_bytes / 16;
+    r.codes += by * v.row_bytes;
+    r.scales = scales_of(n);
+  }
+  // Row n's block row of scales (a 32-bit division: a weight has fewer than 2^31 rows).
+  __device__ const float* scales_of(int64_t n) const {
+    const uint32_t block_row =
+        static_cast<uint32_t>(n) / static_cast<uint32_t>(v.block_rows);
+    return static_cast<const float*>(v.scales) + block_row * v.scale_cols;
   }
   __device__ Meta meta(const Row& r, int64_t c) const {
     return __ldg(r.scales + blocks.of(c));
@@ -322,6 +333,14 @@ struct IntReader {
     return {reinterpret_cast<const uint4*>(p), p,
             static_cast<const __half*>(v.scales) + n * v.scale_cols,
             static_cast<const uint8_t*>(v.zeros) + n * v.scale_cols, v.tiled ? 32 : 4};
+  }
+  // r made the row `by` rows further on (by a multiple of 8 where tiled: whole groups of 8
+  // rows), row n (the tensor-core GEMV's next tile).
+  __device__ void advance(Row& r, int64_t, int64_t by) const {
+    r.chunks += by * v.row_bytes / 16;
+    r.codes += by * v.row_bytes;
+    r.scales += by * v.scale_cols;
+    r.zeros += by * v.scale_cols;
   }
   // Chunk c: piece c / 4 of the row (tiled: 512 bytes apart), 16 bytes c % 4 of it.
   static __device__ __forceinline__ const uint4* chunk(const Row& r, int64_t c) {
