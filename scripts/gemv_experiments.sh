@@ -80,7 +80,9 @@ for v in "$@"; do
   else
     table+=$'\n'"| $v | (not built) | | |"
   fi
-  for p in $(patches "$v"); do git apply -R "docs/experiments/$p.patch" 2>/dev/null; done
+  for p in $(patches "$v" | tr ' ' '\n' | tac); do  # last applied, first taken off
+    git apply -R "docs/experiments/$p.patch" || echo "$p does not come off" >&2
+  done
 done
 build || exit 1
 if [ -n "${AGAIN:-}" ]; then table+=$'\n'"$(measure "tree again")"; fi
