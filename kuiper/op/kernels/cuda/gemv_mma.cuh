@@ -175,6 +175,18 @@ __device__ __forceinline__ void load8(const TX* src, bool vectorized, float (&f)
   }
 }
 
+// The norm's weights [k0, k0 + 8) of run-time
+// type t as floats, the type switched once and loaded 16 bytes at a time (gemv_mma_applies asks
+// for an aligned norm), where the staging had 8 loads each behind its own switch.
+__device__ __forceinline__ void load8_as_float(const void* p, DataType t, int64_t k0,
+                                               float (&f)[8]) {
+  switch (t) {
+    case DataType::kFp16: return load8(static_cast<const __half*>(p) + k0, true, f);
+    case DataType::kBf16: return load8(static_cast<const __nv_bfloat16*>(p) + k0, true, f);
+    default: return load8(static_cast<const float*>(p) + k0, true, f);
+  }
+}
+
 // Stages rows [0, T) of x into xs (MmaXs) as T16 pairs: with a norm, as the unfused rmsnorm
 // stores it (weight * (x / rms), rounded to T16), else x rounded to T16 (x is T16 already, the
 // launcher's precondition); for biased pairs, also each super-step's sum of the staged values
@@ -199,7 +211,7 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
       float local = 0.0f;
       for (int u = threadIdx.x; u < units; u += kMmaGemvThreads) {
         float f[8];
-        load8(x + static_cast<int64_t>(n) * K + 8 * u, a.x_vectorized, f);
+        load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f);  // x_vectorized (applies)
 #pragma unroll
         for (int e = 0; e < 8; ++e) local += f[e] * f[e];
       }
@@ -209,20 +221,31 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
     __syncthreads();
   }
   const int total = T * units;
+  // 1 / rms found once for each row a thread stages (once for a
+  // row of x), a row of x without a division.
+  float inv = 0.0f;
+  int inv_row = -1;
   // Whole warps go round together (the biased sums' shuffles); units is a multiple of 16 then.
   for (int base = 0; base < total; base += kMmaGemvThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
     const bool active = i < total;
-    const int n = active ? i / units : 0, u = active ? i % units : 0;
+    const int n = active && T > 1 ? i / units : 0, u = active ? i - n * units : 0;
     float f[8];
-    load8(x + static_cast<int64_t>(n) * K + 8 * u, a.x_vectorized, f);
+    // x in 16-byte loads alone (gemv_mma_applies asks for them):
+    // with the run-time choice both ways were issued, one of them predicated off.
+    load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f);
     if (norm) {
-      float total_sq = 0.0f;
+      if (n != inv_row) {
+        float total_sq = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kMmaGemvWarps; ++w) total_sq += sumsq[w][n];
-      const float inv = 1.0f / sqrtf(total_sq / static_cast<float>(K) + a.eps);
+        for (int w = 0; w < kMmaGemvWarps; ++w) total_sq += sumsq[w][n];
+        inv = 1.0f / sqrtf(total_sq / static_cast<float>(K) + a.eps);
+        inv_row = n;
+      }
+      float weight[8];
+      load8_as_float(a.norm, a.norm_dtype, 8 * u, weight);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) f[e] = load_as_float(a.norm, a.norm_dtype, 8 * u + e) * (f[e] * inv);
+      for (int e = 0; e < 8; ++e) f[e] = weight[e] * (f[e] * inv);
     }
     if (std::is_same_v<Reader, Fp8Reader> && a.fp8_activations) {
       // Whole half-warps hold a group: units is a multiple of 16.
@@ -269,6 +292,21 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
     }
   }
   __syncthreads();
+}
+
+// 16 bytes of shared memory at a 32-bit shared address.
+__device__ __forceinline__ uint4 ld_shared16(uint32_t address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address));
+  return v;
+}
+
+__device__ __forceinline__ float ld_shared4(uint32_t address) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
+  return v;
 }
 
 // A tile's 16 weight rows: the lane's two (A and C rows g and g + 8 of the tile) and whether
@@ -355,7 +393,9 @@ __device__ void mma_gemv_store(const GemvArgs& a, const MmaTileRows& t, const fl
 template <typename Reader, typename T16, typename TX, typename TO>
 __global__ void __launch_bounds__(kMmaGemvThreads, 2)
     gemv_mma_kernel(const GemvArgs a, int tiles) {
-  extern __shared__ __align__(16) float xs_storage[];  // the one-row GEMV's name and type too
+  // 128-byte aligned, so that a staged row of x (a
+  // multiple of 64 bytes long) starts on 64 bytes, as the unit addresses below ask.
+  extern __shared__ __align__(128) float xs_storage[];
   uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
   __shared__ __align__(16) float sums[kMmaGemvSlots][kMmaGemvWarps][32][4];
   constexpr int kVec = Reader::kVec;
@@ -372,10 +412,12 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   const bool working = warp < workers;
   float* xsum = xs_storage + T * Layout::row_pairs(K);
 
-  // How far a warp's chunks of a row are from one of its super-steps to the next in a tile.
-  const int64_t load_stride = [&] {
+  // How far a warp's chunks of a row are from one of its super-steps to the next in a tile, in
+  // bytes. 32 bits (the 64-bit stride was found again at every
+  // step, the registers short).
+  const int load_stride = [&] {
     const typename Reader::Row r0 = reader.row(0);
-    return static_cast<int64_t>(Reader::chunk(r0, 4) - Reader::chunk(r0, 0)) * workers;
+    return static_cast<int>(Reader::chunk(r0, 4) - Reader::chunk(r0, 0)) * 16 * workers;
   }();
   // The ring: slot j holds a super-step's chunks of the lane's two rows and their scales.
   uint4 raw[2][kRing];
@@ -420,7 +462,10 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
       if (++load_tile < my_tiles) set_load_rows(false);
     } else {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) load_at[r] += load_stride;
+      for (int r = 0; r < 2; ++r) {
+        load_at[r] = reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(load_at[r]) +
+                                                    load_stride);
+      }
     }
   };
   if (working && my_tiles > 0) {
@@ -437,8 +482,15 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   const uint32_t* x_row = xs + x_n * Layout::row_pairs(K);
   // The C columns of this lane (x rows 2c and 2c + 1, clamped as x_n) for the biased pairs' sums.
   const int n_lo = 2 * c < T ? 2 * c : T - 1, n_hi = 2 * c + 1 < T ? 2 * c + 1 : T - 1;
-  const int x_sw = Layout::swizzle(c, x_n);
-  const uint4* x_units = reinterpret_cast<const uint4*>(x_row);
+  // the sums' rows by 32-bit shared addresses too.
+  const uint32_t xsum_lo = static_cast<uint32_t>(__cvta_generic_to_shared(xsum + n_lo * steps));
+  const uint32_t xsum_hi = static_cast<uint32_t>(__cvta_generic_to_shared(xsum + n_hi * steps));
+  // unit jj of chunk q, x_units[q kUnits + (jj ^ sw)], by its 32-bit
+  // shared address: the row starts on 64 bytes (xs_storage's alignment, rows a multiple of 64
+  // bytes long), so that address is (row ^ 16 sw) + 16 kUnits q, xor 16 jj: one instruction a
+  // unit where the index took two.
+  const uint32_t x_row_sw =
+      static_cast<uint32_t>(__cvta_generic_to_shared(x_row)) ^ (16u * Layout::swizzle(c, x_n));
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int tile = 0, s = warp;  // the super-step the mma is at: super-step s of the block's tile
   int adder = 0;           // tile % workers: the warp that adds the tile up
@@ -448,9 +500,10 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
       if (tile >= my_tiles) break;  // warp-uniform, as is everything the mma depends on
       const int q = 4 * s + c;
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const uint32_t x_q = x_row_sw + 16u * Layout::kUnits * static_cast<uint32_t>(q);
 #pragma unroll
       for (int jj = 0; jj < Layout::kUnits; ++jj) {
-        const uint4 b = x_units[q * Layout::kUnits + (jj ^ x_sw)];  // Layout::at in 16 bytes
+        const uint4 b = ld_shared16(x_q ^ (16u * jj));  // Layout::at in 16 bytes
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int step = 2 * jj + h;  // the mma step: the chunk's pairs 2 step, 2 step + 1
@@ -463,7 +516,8 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
         }
       }
       if constexpr (Reader::kBiasedPairs) {
-        const float sum_lo = xsum[n_lo * steps + s], sum_hi = xsum[n_hi * steps + s];
+        const float sum_lo = ld_shared4(xsum_lo + 4u * static_cast<uint32_t>(s));
+        const float sum_hi = ld_shared4(xsum_hi + 4u * static_cast<uint32_t>(s));
         const float b0 = Reader::template pair_bias<T16>(meta[0][j]);
         const float b1 = Reader::template pair_bias<T16>(meta[1][j]);
         part[0] -= b0 * sum_lo;
@@ -533,6 +587,8 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
     if (a.T < 1 || a.T > kMmaGemvMaxRows || a.K < kStep || a.K % kStep != 0) return false;
     if (a.w.block_cols % kStep != 0) return false;
     if (!Reader::vectorizable(a.w)) return false;
+    // x and the norm's weights in 16-byte loads.
+    if (!a.x_vectorized || (a.norm != nullptr && !aligned16(a.norm))) return false;
     if (a.fp8_activations && !std::is_same_v<Reader, Fp8Reader>) return false;
     return gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs || a.fp8_activations) <=
                smem_limit &&
