@@ -173,11 +173,7 @@ Result<json> bench_paged_decode(const std::string& kind, DataType activation, in
 
 }  // namespace
 
-Result<json> bench_attention(const std::string& kind, DataType model_activation, double copy_gbs) {
-  // The attention runs in --dtype itself: it has bf16 kernels even where the model's activations
-  // for a bf16 checkpoint are still fp16.
-  KUIPER_ASSIGN_OR_RETURN(const DataType stored, kuiper::parse_dtype(FLAGS_dtype));
-  const DataType activation = stored == DataType::kBf16 ? stored : model_activation;
+Result<json> bench_attention(const std::string& kind, DataType activation, double copy_gbs) {
   json rows = json::array();
   if (!FLAGS_decode_batch.empty()) {
     KUIPER_ASSIGN_OR_RETURN(std::vector<int64_t> batches,
