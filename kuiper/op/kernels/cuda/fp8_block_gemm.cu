@@ -23,7 +23,6 @@
 // transformers, vLLM and SGLang run block-wise FP8 checkpoints) x is one FP8 term, the group codes
 // and scales that definition gives, and the product is one GEMM: 129 us for that gate|up, for
 // every weight size (the threshold below is the two terms' cost).
-#include <cublasLt.h>
 #include <cuda_fp8.h>
 
 #include <cstdio>
@@ -32,6 +31,7 @@
 #include <tuple>
 
 #include "kuiper/base/allocator.h"
+#include "kuiper/op/kernels/cuda/cublas_library.h"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/cuda/fp8_activations.cuh"
@@ -100,12 +100,14 @@ Status check_lt(cublasStatus_t s, const char* what) {
 }
 
 template <typename V>
-Status set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
-                     const V& value, const char* what) {
-  return check_lt(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)), what);
+Status set_attribute(const CublasLibrary& lib, cublasLtMatmulDesc_t desc,
+                     cublasLtMatmulDescAttributes_t attribute, const V& value, const char* what) {
+  return check_lt(lib.cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)),
+                  what);
 }
 
 struct LtContext {
+  const CublasLibrary* lib = nullptr;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -113,7 +115,8 @@ struct LtContext {
 
 Result<LtContext> make_lt_context() {
   LtContext c;
-  KUIPER_RETURN_IF_ERROR(check_lt(cublasLtCreate(&c.handle), "cublasLtCreate"));
+  KUIPER_ASSIGN_OR_RETURN(c.lib, cublas_library());
+  KUIPER_RETURN_IF_ERROR(check_lt(c.lib->cublasLtCreate(&c.handle), "cublasLtCreate"));
   KUIPER_ASSIGN_OR_RETURN(Allocator * allocator, allocator_for(DeviceType::kCuda));
   KUIPER_ASSIGN_OR_RETURN(c.workspace, allocator->allocate(LtContext::kWorkspaceBytes));
   return c;
@@ -156,40 +159,44 @@ struct LtPlan {
 // Row-major out[T, N] is column-major out^T [N, T] = w (column-major K x N, transposed) times
 // x^T (column-major K x T): A is the weight with its 128 x 128 scales, B a term of x with its
 // 1 x 128 ones. The scale pointers are set per call.
-Result<LtPlan> make_plan(cublasLtHandle_t handle, const void* stand_in, int64_t N, int64_t K,
-                        int64_t T, DataType out) {
+Result<LtPlan> make_plan(const LtContext& lt, int64_t N, int64_t K, int64_t T, DataType out) {
+  const CublasLibrary& lib = *lt.lib;
+  const cublasLtHandle_t handle = lt.handle;
+  const void* stand_in = lt.workspace;  // a device address for the scale pointers' checks
   LtPlan p;
   KUIPER_RETURN_IF_ERROR(
-      check_lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc create"));
+      check_lt(lib.cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc create"));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
   const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "transa"));
-  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "transb"));
-  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode, "A mode"));
-  KUIPER_RETURN_IF_ERROR(set_attribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode, "B mode"));
+  KUIPER_RETURN_IF_ERROR(set_attribute(lib, p.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "transa"));
+  KUIPER_RETURN_IF_ERROR(set_attribute(lib, p.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "transb"));
   KUIPER_RETURN_IF_ERROR(
-      check_lt(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, K, N, K), "A layout"));
+      set_attribute(lib, p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode, "A mode"));
   KUIPER_RETURN_IF_ERROR(
-      check_lt(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, K, T, K), "B layout"));
+      set_attribute(lib, p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode, "B mode"));
   KUIPER_RETURN_IF_ERROR(
-      check_lt(cublasLtMatrixLayoutCreate(&p.d, lt_type(out), N, T, N), "D layout"));
+      check_lt(lib.cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, K, N, K), "A layout"));
+  KUIPER_RETURN_IF_ERROR(
+      check_lt(lib.cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, K, T, K), "B layout"));
+  KUIPER_RETURN_IF_ERROR(
+      check_lt(lib.cublasLtMatrixLayoutCreate(&p.d, lt_type(out), N, T, N), "D layout"));
   // The heuristic looks at the scale pointers too (it finds nothing while they are null): any
   // 16-byte aligned device address stands in for the ones set per call.
   KUIPER_RETURN_IF_ERROR(
-      set_attribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, stand_in, "A scale pointer"));
+      set_attribute(lib, p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, stand_in, "A scale pointer"));
   KUIPER_RETURN_IF_ERROR(
-      set_attribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, stand_in, "B scale pointer"));
+      set_attribute(lib, p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, stand_in, "B scale pointer"));
   cublasLtMatmulPreference_t pref = nullptr;
-  KUIPER_RETURN_IF_ERROR(check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+  KUIPER_RETURN_IF_ERROR(check_lt(lib.cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const size_t workspace = LtContext::kWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                       sizeof(workspace));
+  lib.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace, sizeof(workspace));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t s =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t s = lib.cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.d, p.d,
+                                                              pref, 1, &result, &found);
+  lib.cublasLtMatmulPreferenceDestroy(pref);
   p.supported = s == CUBLAS_STATUS_SUCCESS && found > 0;
   if (p.supported) {
     p.algo = result.algo;
@@ -212,7 +219,7 @@ Result<LtPlan*> plan_for(const LtContext& lt, int64_t N, int64_t K, int64_t T, D
   const auto key = std::make_tuple(lt.handle, N, K, T, out);
   auto found = plans.find(key);
   if (found == plans.end()) {
-    KUIPER_ASSIGN_OR_RETURN(LtPlan p, make_plan(lt.handle, lt.workspace, N, K, T, out));
+    KUIPER_ASSIGN_OR_RETURN(LtPlan p, make_plan(lt, N, K, T, out));
     found = plans.emplace(key, p).first;
   }
   return &found->second;
@@ -277,11 +284,13 @@ Result<bool> fp8_block_gemm(const Tensor& x, const op::Weight& w, const Tensor* 
     const float beta = (j < terms - 1 || bias != nullptr) ? 1.0f : 0.0f;
     const void* x_scales = scales.data<float>() + j * groups * T;
     KUIPER_RETURN_IF_ERROR(
-        set_attribute(plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales, "A scale pointer"));
+        set_attribute(*lt.lib, plan->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales,
+                      "A scale pointer"));
     KUIPER_RETURN_IF_ERROR(
-        set_attribute(plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scales, "B scale pointer"));
+        set_attribute(*lt.lib, plan->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scales,
+                      "B scale pointer"));
     KUIPER_RETURN_IF_ERROR(check_lt(
-        cublasLtMatmul(lt.handle, plan->op, &alpha, w.values.raw(), plan->a,
+        lt.lib->cublasLtMatmul(lt.handle, plan->op, &alpha, w.values.raw(), plan->a,
                        codes.data<uint8_t>() + j * T * K, plan->b, &beta, out.raw(), plan->d,
                        out.raw(), plan->d, &plan->algo, lt.workspace, LtContext::kWorkspaceBytes,
                        stream()),

@@ -13,9 +13,9 @@
 //  - T > 1 with mixed types (fp32 x and fp16/bf16 w, or fp16 x and bf16 w and the reverse): a
 //    shared-memory tiled kernel. The model never takes it (it stores matrices in the activation
 //    type); it keeps every combination the op layer accepts correct.
-#include <cublas_v2.h>
 
 #include "kuiper/base/allocator.h"
+#include "kuiper/op/kernels/cuda/cublas_library.h"
 #include "kuiper/op/kernels/cuda/cuda_kernels.h"
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
@@ -90,13 +90,14 @@ Status check_cublas(cublasStatus_t s, const char* what) {
 // (cuBLAS needs one given explicitly to be captured in a CUDA graph).
 Status create_cublas(cublasHandle_t* out) {
   constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  KUIPER_ASSIGN_OR_RETURN(const CublasLibrary* cublas, cublas_library());
   cublasHandle_t h = nullptr;
-  KUIPER_RETURN_IF_ERROR(check_cublas(cublasCreate(&h), "cublasCreate"));
-  KUIPER_RETURN_IF_ERROR(check_cublas(cublasSetStream(h, stream()), "cublasSetStream"));
+  KUIPER_RETURN_IF_ERROR(check_cublas(cublas->cublasCreate(&h), "cublasCreate"));
+  KUIPER_RETURN_IF_ERROR(check_cublas(cublas->cublasSetStream(h, stream()), "cublasSetStream"));
   KUIPER_ASSIGN_OR_RETURN(Allocator * allocator, allocator_for(DeviceType::kCuda));
   KUIPER_ASSIGN_OR_RETURN(void* workspace, allocator->allocate(kWorkspaceBytes));
-  KUIPER_RETURN_IF_ERROR(
-      check_cublas(cublasSetWorkspace(h, workspace, kWorkspaceBytes), "cublasSetWorkspace"));
+  KUIPER_RETURN_IF_ERROR(check_cublas(cublas->cublasSetWorkspace(h, workspace, kWorkspaceBytes),
+                                      "cublasSetWorkspace"));
   *out = h;
   return Status::Ok();
 }
@@ -136,6 +137,7 @@ Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor&
                    bool accumulate = false) {
   const int64_t T = x.dim(0), K = x.dim(1), N = w.dim(0);
   KUIPER_ASSIGN_OR_RETURN(cublasHandle_t handle, cublas_handle());
+  KUIPER_ASSIGN_OR_RETURN(const CublasLibrary* cublas, cublas_library());
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias != nullptr) {
     KUIPER_RETURN_IF_ERROR(broadcast_bias(*bias, out));
@@ -145,11 +147,12 @@ Status gemm_cublas(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor&
   // times x^T (column-major K x T).
   const float alpha = 1.0f;
   return check_cublas(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
-                   static_cast<int>(K), &alpha, w.raw(), cuda_type(w.dtype()), static_cast<int>(K),
-                   x.raw(), cuda_type(x.dtype()), static_cast<int>(K), &beta, out.raw(),
-                   cuda_type(out.dtype()), static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT),
+      cublas->cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                           static_cast<int>(T), static_cast<int>(K), &alpha, w.raw(),
+                           cuda_type(w.dtype()), static_cast<int>(K), x.raw(),
+                           cuda_type(x.dtype()), static_cast<int>(K), &beta, out.raw(),
+                           cuda_type(out.dtype()), static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
 }
 
