@@ -251,6 +251,49 @@ TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
   }
 }
 
+// bf16 rows of x far outside fp16's range (3e5, past its 65504; 1e-6, in its subnormals) through
+// the tensor-core GEMV, which multiplies FP8 and int8 in fp16 with each row scaled by a power of
+// two (int4 in bf16): each row's results within 1e-4 of its largest, as a row of ordinary size,
+// against the CPU's double sums with the dequantized weights.
+TEST(QuantizedMatmul, CudaGemvTakesBf16RowsOutsideFp16sRange) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t K = 512, N = 48;
+  const float row_scales[] = {3e5f, 1.0f, 1e-6f};
+  const int64_t T = 3;
+  Tensor host_x = random_tensor({T, K}, 3, DataType::kFp32, 2.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < K; ++k) host_x.data<float>()[t * K + k] *= row_scales[t];
+  }
+  const Tensor x = upload(host_x, DataType::kBf16, DeviceType::kCuda);
+  const std::vector<float> xv = host_floats(x);  // x as bf16 holds it
+  for (const Format& f : {Format{WeightFormat::kFp8, 128, 128}, Format{WeightFormat::kInt8, 1, 128},
+                          Format{WeightFormat::kInt4, 1, 128}}) {
+    const Tensor w = upload(random_tensor({N, K}, 4, DataType::kFp32, 0.05f), DataType::kFp32,
+                            DeviceType::kCuda);
+    auto q = quantized(w, f);
+    ASSERT_OK(q.status());
+    Tensor dequantized = poisoned({N, K}, DataType::kFp32, DeviceType::kCuda);
+    ASSERT_OK(op::dequantize(*q, dequantized));
+    const std::vector<float> wv = host_floats(dequantized);
+    Tensor out = poisoned({T, N}, DataType::kFp32, DeviceType::kCuda);
+    ASSERT_OK(op::matmul(x, *q, nullptr, out));
+    const std::vector<float> got = host_floats(out);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> want(N);
+      double largest = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t k = 0; k < K; ++k) want[n] += double(xv[t * K + k]) * wv[n * K + k];
+        largest = std::max(largest, std::fabs(want[n]));
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        ASSERT_TRUE(std::isfinite(got[t * N + n])) << f.name() << " row " << t;
+        ASSERT_LE(std::fabs(got[t * N + n] - want[n]), 1e-4 * largest)
+            << f.name() << " row " << t << " (x times " << row_scales[t] << ") column " << n;
+      }
+    }
+  }
+}
+
 // A row of a small batch (the tensor-core GEMV's T columns) multiplies bit for bit as it does
 // alone, also where the batch takes several launches (K = 16384: 3 rows of x a launch on an
 // H100, so that two blocks fit a multiprocessor; 16 rows: two launches of 8), for every format

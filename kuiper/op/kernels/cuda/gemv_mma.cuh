@@ -6,7 +6,7 @@
 // offset by its zero and multiplied, and at copy bandwidth an H100 SM receives about 27 of them a
 // cycle; the one-row GEMV (gemv.cuh), which widens every weight to fp32 and multiplies it there,
 // spends about five instructions a weight and tops out near 40% of copy bandwidth on int4. Here a
-// lane turns two weights into one 16-bit pair register in one to three logic ops (the readers'
+// lane turns two weights into one 16-bit pair register in one or two instructions (the readers'
 // pair<T16>, weight_readers.cuh) and mma.sync m16n8k16 multiplies 256 weights by up to 8 rows of
 // x at once, accumulating in fp32. The same pass serves T rows of x: the weights are read once
 // for the whole small batch. (Plain 16-bit weights keep the one-row GEMV, the two-row GEMV and,
@@ -31,10 +31,18 @@
 //
 // FP8 activations (W8A8, weight.h): x is staged as its E4M3 codes, whose values 16-bit pairs hold
 // exactly, and a super-step's products are multiplied by their x group's scale beside the
-// weight's (a group of 128 columns is two FP8 super-steps). Both operands being E4M3 codes, the
-// mma runs in fp16 whatever the activation type: the hardware turns a pair of weight codes into
-// fp16 in one instruction, where bf16 takes three logic ops (H100, Qwen2.5-7B FP8 decode with
-// bf16 activations: 251.9 -> 269.5 tok/s).
+// weight's (a group of 128 columns is two FP8 super-steps).
+//
+// FP8 and int8 weights multiply in fp16 whatever the activation type (the readers' kHalfPairs):
+// the hardware turns a pair of E4M3 codes into fp16 in one instruction, where bf16 took three
+// logic ops (first on the FP8-activation path, H100, Qwen2.5-7B FP8 decode with bf16
+// activations: 251.9 -> 269.5 tok/s; for every FP8 product, H200, batch-1 Qwen2.5-7B FP8
+// 310 -> 335 tok/s), and int8 bytes sit under fp16's exponent exactly. Where the activations are
+// not fp16 (bf16 models), x is staged as fp16 times a power of two a row, 2^s with its largest
+// |x| in [2^13, 2^14): exact (a bf16 value times 2^s is an fp16 one unless it falls below 2^-24,
+// 2^-37 of the row's largest), and a row's results are multiplied by 2^-s when stored. int4
+// stays in the activation type: in fp16 under bf16 activations it measured slower (H200,
+// Qwen2.5-7B int4 472 -> 457 tok/s; docs/experiments/half-pairs.patch).
 //
 // Measured on the H100 (kuiper-bench --matmul-only --config models/qwen3-8b.json --dtype bf16
 // --quantize F, one row, % of copy bandwidth; the one-row GEMV's figures from docs/PERFORMANCE.md
@@ -120,10 +128,15 @@ __device__ __forceinline__ void release_tile_sums(int i, int tiles, int workers)
   }
 }
 
-// The 16-bit type the mma multiplies in, for x of type TX and out of type TO: x's own, or out's
-// when x is the fp32 residual stream (the norm forms).
+// The activation type, for x of type TX and out of type TO: x's own, or out's when x is the fp32
+// residual stream (the norm forms); the unfused ops would store x in it.
 template <typename TX, typename TO>
-using MmaType = std::conditional_t<std::is_same_v<TX, float>, TO, TX>;
+using ActivationType = std::conditional_t<std::is_same_v<TX, float>, TO, TX>;
+
+// The 16-bit type the mma multiplies in: fp16 for the readers whose pairs come cheaper in it
+// (kHalfPairs), else the activation type.
+template <typename Reader, typename TX, typename TO>
+using MmaType = std::conditional_t<Reader::kHalfPairs, __half, ActivationType<TX, TO>>;
 
 // x in shared memory: row n (n < T) holds the K / 2 pairs of x's row, then kMmaGemvPadPairs.
 // Chunk q of a row (columns [q kVec, (q + 1) kVec), the chunk of w that lanes with c = q % 4
@@ -157,6 +170,19 @@ inline int64_t gemv_mma_smem(int64_t T, int64_t K, int kVec, bool extra) {
   return x_bytes + (extra ? T * (K / (4 * kVec)) * 4 : 0);
 }
 
+// The power s of two that brings a row's largest |x| (big) to [2^13, 2^14) times 2^s: fp16 holds
+// the row times 2^s with room to spare (its largest value is 65504). 0 where big is 0 or not
+// finite, at most 100 either way.
+__device__ __forceinline__ int row_shift(float big) {
+  if (!(big > 0.0f) || !isfinite(big)) return 0;
+  const int e = static_cast<int>((__float_as_uint(big) >> 23) & 0xffu) - 126;  // big < 2^e
+  return max(-100, min(100, 14 - e));
+}
+// 2^s as a float, exactly (|s| <= 126).
+__device__ __forceinline__ float pow2(int s) {
+  return __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
+}
+
 // x[k0, k0 + 8) as floats: one or two 16-byte loads where x is vectorized.
 template <typename TX>
 __device__ __forceinline__ void load8(const TX* src, bool vectorized, float (&f)[8]) {
@@ -188,8 +214,10 @@ __device__ __forceinline__ void load8_as_float(const void* p, DataType t, int64_
 }
 
 // Stages rows [0, T) of x into xs (MmaXs) as T16 pairs: with a norm, as the unfused rmsnorm
-// stores it (weight * (x / rms), rounded to T16), else x rounded to T16 (x is T16 already, the
-// launcher's precondition); for biased pairs, also each super-step's sum of the staged values
+// stores it (weight * (x / rms), rounded to TA, the activation type), else x (TA already, the
+// launcher's precondition); where T16 is fp16 and TA is not, times 2^s of its row (row_shift of
+// the row's largest, found in a first pass over x, as the norm's sum of squares is), with 2^-s
+// in unscale[n] (else 1); for biased pairs, also each super-step's sum of the staged values
 // (xsum[n][step]); with FP8 activations, the codes of the rounded x and each group's scale
 // (xsum[n][group]; the 16 lanes holding a group's 128 columns find its largest by shuffles).
 // A thread takes 8 columns at a time, one 16-byte unit of xs: every reader's pairs 4j .. 4j + 3
@@ -197,33 +225,52 @@ __device__ __forceinline__ void load8_as_float(const void* p, DataType t, int64_
 // added up by the 16 lanes holding its 128 columns, by shuffles in a fixed order (the same sum
 // whatever else runs). Ends with a barrier.
 template <typename Reader, typename T16, typename TX, typename TA>
-__device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
+__device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, float* unscale) {
   constexpr int kVec = Reader::kVec;
   using Layout = MmaXs<kVec>;
   __shared__ float sumsq[kMmaGemvWarps][kMmaGemvMaxRows];
+  __shared__ float largest[kMmaGemvWarps][kMmaGemvMaxRows];
   const TX* x = static_cast<const TX*>(a.x);
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
   const int units = K / 8, pairs = Layout::row_pairs(K), steps = K / (4 * kVec);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool norm = a.norm != nullptr;
-  if (norm) {
+  const bool fp8_codes = std::is_same_v<Reader, Fp8Reader> && a.fp8_activations;
+  const bool scaled =
+      std::is_same_v<T16, __half> && !std::is_same_v<TA, __half> && !fp8_codes;
+  if (norm || scaled) {
     for (int n = 0; n < T; ++n) {
-      float local = 0.0f;
+      float local = 0.0f, big = 0.0f;  // big: the largest |weight x| (norm) or |x|
       for (int u = threadIdx.x; u < units; u += kMmaGemvThreads) {
         float f[8];
         load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f);  // x_vectorized (applies)
+        if (norm) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) local += f[e] * f[e];
+          for (int e = 0; e < 8; ++e) local += f[e] * f[e];
+        }
+        if (scaled && norm) {
+          float weight[8];
+          load8_as_float(a.norm, a.norm_dtype, 8 * u, weight);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) big = fmaxf(big, fabsf(weight[e] * f[e]));
+        } else if (scaled) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) big = fmaxf(big, fabsf(f[e]));
+        }
       }
       local = warp_sum(local);
-      if (lane == 0) sumsq[warp][n] = local;
+      big = warp_max(big);
+      if (lane == 0) {
+        sumsq[warp][n] = local;
+        largest[warp][n] = big;
+      }
     }
     __syncthreads();
   }
   const int total = T * units;
-  // 1 / rms found once for each row a thread stages (once for a
-  // row of x), a row of x without a division.
-  float inv = 0.0f;
+  // 1 / rms and 2^s found once for each row a thread stages (once for a row of x), a row of x
+  // without a division.
+  float inv = 1.0f, up = 1.0f;
   int inv_row = -1;
   // Whole warps go round together (the biased sums' shuffles); units is a multiple of 16 then.
   for (int base = 0; base < total; base += kMmaGemvThreads) {
@@ -234,20 +281,31 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
     // x in 16-byte loads alone (gemv_mma_applies asks for them):
     // with the run-time choice both ways were issued, one of them predicated off.
     load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f);
-    if (norm) {
-      if (n != inv_row) {
+    if (n != inv_row) {
+      if (norm) {
         float total_sq = 0.0f;
 #pragma unroll
         for (int w = 0; w < kMmaGemvWarps; ++w) total_sq += sumsq[w][n];
         inv = 1.0f / sqrtf(total_sq / static_cast<float>(K) + a.eps);
-        inv_row = n;
       }
+      int shift = 0;
+      if (scaled) {
+        float big = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kMmaGemvWarps; ++w) big = fmaxf(big, largest[w][n]);
+        shift = row_shift(norm ? big * inv : big);
+      }
+      up = pow2(shift);
+      if (active && u == 0) unscale[n] = pow2(-shift);
+      inv_row = n;
+    }
+    if (norm) {
       float weight[8];
       load8_as_float(a.norm, a.norm_dtype, 8 * u, weight);
 #pragma unroll
       for (int e = 0; e < 8; ++e) f[e] = weight[e] * (f[e] * inv);
     }
-    if (std::is_same_v<Reader, Fp8Reader> && a.fp8_activations) {
+    if (fp8_codes) {
       // Whole half-warps hold a group: units is a multiple of 16.
       float amax = 0.0f;
 #pragma unroll
@@ -267,6 +325,10 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum) {
         f[2 * e] = v.x;
         f[2 * e + 1] = v.y;
       }
+    }
+    if (scaled) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) f[e] = to_float(from_float<TA>(f[e])) * up;  // exact in fp16
     }
     uint32_t unit[4];
     float sum = 0.0f;
@@ -390,7 +452,7 @@ __device__ void mma_gemv_store(const GemvArgs& a, const MmaTileRows& t, const fl
 // (leave_tile_sums) and goes on. Rows past N (a partial last tile) read row 0 and x rows past T
 // read row T - 1: the mma keeps every row and column of its product apart, and those are never
 // stored.
-template <typename Reader, typename T16, typename TX, typename TO>
+template <typename Reader, typename TX, typename TO>
 __global__ void __launch_bounds__(kMmaGemvThreads, 2)
     gemv_mma_kernel(const GemvArgs a, int tiles) {
   // 128-byte aligned, so that a staged row of x (a
@@ -398,6 +460,8 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   extern __shared__ __align__(128) float xs_storage[];
   uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
   __shared__ __align__(16) float sums[kMmaGemvSlots][kMmaGemvWarps][32][4];
+  __shared__ float unscale[kMmaGemvMaxRows];  // 2^-s of each row of x (stage_x_pairs)
+  using T16 = MmaType<Reader, TX, TO>;
   constexpr int kVec = Reader::kVec;
   constexpr int kRing = kMmaGemvRing;
   using Layout = MmaXs<kVec>;
@@ -475,7 +539,7 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   }
   grid_dependency_wait();
   grid_launch_dependents();
-  stage_x_pairs<Reader, T16, TX, MmaType<TX, TO>>(a, xs, xsum);
+  stage_x_pairs<Reader, T16, TX, ActivationType<TX, TO>>(a, xs, xsum, unscale);
   if (!working) return;  // K has fewer super-steps than the block has warps
 
   const int x_n = g < T ? g : T - 1;  // this lane's column of B
@@ -536,9 +600,8 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
           part[3] *= x_hi;
         }
       }
-      constexpr float kPairScale = Reader::template pair_scale<T16>();
-      const float s_lo = Reader::scale(meta[0][j]) * kPairScale;
-      const float s_hi = Reader::scale(meta[1][j]) * kPairScale;
+      const float s_lo = Reader::scale(meta[0][j]);
+      const float s_hi = Reader::scale(meta[1][j]);
       acc[0] += part[0] * s_lo;
       acc[1] += part[1] * s_lo;
       acc[2] += part[2] * s_hi;
@@ -550,6 +613,10 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
         if (leave_tile_sums(sums, acc, tile, workers, adder == warp, warp, lane)) {
           float v[4];
           mma_gemv_sum(sums[tile & (kMmaGemvSlots - 1)], workers, lane, v);
+          v[0] *= unscale[n_lo];  // x's rows back from their 2^s
+          v[1] *= unscale[n_hi];
+          v[2] *= unscale[n_lo];
+          v[3] *= unscale[n_hi];
           release_tile_sums(tile, my_tiles, workers);
           mma_gemv_store<TO>(
               a, MmaTileRows(a, static_cast<int>(blockIdx.x) + tile * gridDim.x, g), v, lane);
@@ -596,22 +663,33 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
   }
 }
 
+// The static shared memory of gemv_mma_kernel (the tiles' sums, the staging's per-row values).
+template <typename Reader, typename TX, typename TO>
+Result<int64_t> gemv_mma_static_smem() {
+  static PerDevice<int64_t> bytes;
+  return bytes.get([]() -> Result<int64_t> {
+    cudaFuncAttributes attributes{};
+    KUIPER_CUDA_CHECK(cudaFuncGetAttributes(&attributes, gemv_mma_kernel<Reader, TX, TO>));
+    return static_cast<int64_t>(attributes.sharedSizeBytes);
+  });
+}
+
 // Blocks of gemv_mma_kernel that fit on the current GPU at once with `smem` bytes of x.
-template <typename Reader, typename T16, typename TX, typename TO>
+template <typename Reader, typename TX, typename TO>
 Result<int64_t> gemv_mma_fit(int64_t smem) {
-  return resident_blocks<gemv_mma_kernel<Reader, T16, TX, TO>>(kMmaGemvThreads,
+  return resident_blocks<gemv_mma_kernel<Reader, TX, TO>>(kMmaGemvThreads,
                                                                 static_cast<size_t>(smem));
 }
 
 // Rows of x a launch takes: all T where two blocks a multiprocessor still fit (a second block's
 // loads in flight are worth more than one launch for all rows), else as many as do, at least
 // one.
-template <typename Reader, typename T16, typename TX, typename TO>
+template <typename Reader, typename TX, typename TO>
 Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K, bool extra) {
   KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
   for (int64_t rows = T; rows > 1; --rows) {
     const int64_t smem = gemv_mma_smem(rows, K, Reader::kVec, extra);
-    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, T16, TX, TO>(smem)));
+    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, TX, TO>(smem)));
     if (fit >= 2 * static_cast<int64_t>(sms)) return rows;
   }
   return int64_t{1};
@@ -625,7 +703,7 @@ inline int64_t gemv_mma_tiles(const GemvArgs& a) {
 // Launches gemv_mma_kernel over x's rows, `per_launch` at a time (each launch reads the weights
 // once), on a persistent grid: as many blocks as fit at once, each taking the same number of
 // tiles (give or take one for the last).
-template <typename Reader, typename T16, typename TX, typename TO>
+template <typename Reader, typename TX, typename TO>
 Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
   const int64_t tiles = gemv_mma_tiles(a);
   const int64_t T = a.T;
@@ -636,10 +714,10 @@ Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
     b.out = static_cast<TO*>(a.out) + t0 * a.N;
     const int64_t smem =
         gemv_mma_smem(b.T, a.K, Reader::kVec, Reader::kBiasedPairs || a.fp8_activations);
-    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, T16, TX, TO>(smem)));
+    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, TX, TO>(smem)));
     const int64_t per_block = (tiles + fit - 1) / fit;
     const int64_t blocks = (tiles + per_block - 1) / per_block;
-    KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, T16, TX, TO>,
+    KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, TX, TO>,
                                       dim3(static_cast<unsigned>(blocks)), dim3(kMmaGemvThreads),
                                       static_cast<size_t>(smem), "tensor-core gemv kernel launch",
                                       b, static_cast<int>(tiles)));
@@ -655,9 +733,6 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
   GemvArgs a = gemv_args(x, w, o, out);
   if (a.T < 1 || a.T > kMmaGemvMaxBatch) return false;
   KUIPER_ASSIGN_OR_RETURN(const int64_t optin, max_dynamic_shared_memory());
-  // What the kernel's static shared memory leaves of the block's limit.
-  const int64_t smem_limit = optin - static_cast<int64_t>(sizeof(float)) * kMmaGemvWarps *
-                                         (kMmaGemvSlots * 32 * 4 + kMmaGemvMaxRows);
   bool ran = false;
   KUIPER_RETURN_IF_ERROR(
       visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag, auto out_tag) {
@@ -669,30 +744,24 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
             return Status::Ok();
           } else {
             a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw());
-            // FP8 activations: both operands are E4M3 codes, exact in fp16, whose pairs the
-            // hardware converts in one instruction (bf16's take three logic ops).
-            auto run = [&](auto t16_tag) -> Status {
-              using T16 = typename decltype(t16_tag)::type;
-              GemvArgs launch = a;  // what one launch takes
-              launch.T = std::min<int64_t>(a.T, kMmaGemvMaxRows);
-              if (!gemv_mma_applies<Reader, TX, TO>(launch, smem_limit)) return Status::Ok();
-              KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, T16, TX, TO>>(
-                  static_cast<size_t>(smem_limit))));
-              KUIPER_ASSIGN_OR_RETURN(
-                  const int64_t per_launch,
-                  (gemv_mma_rows_per_launch<Reader, T16, TX, TO>(
-                      launch.T, a.K, Reader::kBiasedPairs || a.fp8_activations)));
-              // Past kMmaGemvMaxRows rows, only where each launch takes that many (a long row of
-              // x, down_proj's, leaves room for fewer, and more passes over the weights cost
-              // more).
-              if (a.T > kMmaGemvMaxRows && per_launch < kMmaGemvMaxRows) return Status::Ok();
-              ran = true;
-              return launch_gemv_mma<Reader, T16, TX, TO>(a, per_launch);
-            };
-            if constexpr (std::is_same_v<Reader, Fp8Reader>) {
-              if (a.fp8_activations) return run(TypeTag<__half>{});
-            }
-            return run(TypeTag<MmaType<TX, TO>>{});
+            // What the kernel's static shared memory leaves of the block's limit.
+            KUIPER_ASSIGN_OR_RETURN(const int64_t static_smem,
+                                    (gemv_mma_static_smem<Reader, TX, TO>()));
+            const int64_t smem_limit = optin - static_smem;
+            GemvArgs launch = a;  // what one launch takes
+            launch.T = std::min<int64_t>(a.T, kMmaGemvMaxRows);
+            if (!gemv_mma_applies<Reader, TX, TO>(launch, smem_limit)) return Status::Ok();
+            KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, TX, TO>>(
+                static_cast<size_t>(smem_limit))));
+            KUIPER_ASSIGN_OR_RETURN(const int64_t per_launch,
+                                    (gemv_mma_rows_per_launch<Reader, TX, TO>(
+                                        launch.T, a.K, Reader::kBiasedPairs || a.fp8_activations)));
+            // Past kMmaGemvMaxRows rows, only where each launch takes that many (a long row of
+            // x, down_proj's, leaves room for fewer, and more passes over the weights cost
+            // more).
+            if (a.T > kMmaGemvMaxRows && per_launch < kMmaGemvMaxRows) return Status::Ok();
+            ran = true;
+            return launch_gemv_mma<Reader, TX, TO>(a, per_launch);
           }
         });
       }));

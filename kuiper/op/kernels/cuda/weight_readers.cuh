@@ -19,11 +19,11 @@
 // so a dot product takes one multiply by the scale per chunk, not per weight. For the
 // tensor-core GEMV (gemv_mma.cuh), which feeds mma.sync 16-bit pairs, each reader also gives
 //   pair<T16>(raw, meta, p)   weights pair_col(p, 0) (low half) and pair_col(p, 1) of the chunk
-//                             as two T16 (half or bf16) in one register, before the scale,
-//                             divided by pair_scale<T16>() and, where kBiasedPairs, plus
-//                             pair_bias<T16>(meta) (which the GEMV takes off once a super-step,
-//                             times the sum of x); exact, 0 <= p < kVec / 2 (the quantized
-//                             readers)
+//                             as two T16 in one register (fp16 where kHalfPairs, else fp16 or
+//                             bf16, the activation type), before the scale and, where
+//                             kBiasedPairs, plus pair_bias<T16>(meta) (which the GEMV takes off
+//                             once a super-step, times the sum of x); exact, 0 <= p < kVec / 2
+//                             (the quantized readers)
 // where the pairing is whichever the format unpacks in the fewest instructions: the product
 // sums over a chunk's columns in any order, so x is staged in the same pair order.
 #pragma once
@@ -269,28 +269,19 @@ struct Fp8Reader {
     v[3] = hi.y;
   }
   static __device__ __forceinline__ float scale(Meta m) { return m; }
-  // Pairs: bytes 2p and 2p + 1. fp16: the hardware conversion (exact). bf16: the E4M3 bits
-  // moved under bf16's sign, exponent and mantissa (sign in place, the rest shifted right by 4),
-  // which reads the code as its value times 2^-120 (bf16's exponent bias 127 against E4M3's 7;
-  // subnormal codes land on bf16 subnormals of the same ratio): three logic ops a pair, no
-  // conversion, and 2^120 joins the block's scale.
+  // Pairs, in fp16 (kHalfPairs): bytes 2p and 2p + 1 by the hardware conversion, one
+  // instruction (exact: every E4M3 value is an fp16 one). Moving the bits under bf16's instead
+  // took three logic ops a pair.
   static constexpr bool kBiasedPairs = false;
+  static constexpr bool kHalfPairs = true;
   static constexpr int pair_col(int p, int h) { return 2 * p + h; }
   template <typename T16>
-  static constexpr float pair_scale() {
-    return std::is_same_v<T16, __half> ? 1.0f : 0x1p120f;
-  }
-  template <typename T16>
   static __device__ __forceinline__ uint32_t pair(uint4 raw, Meta, int p) {
+    static_assert(std::is_same_v<T16, __half>, "FP8 pairs are fp16");
     const uint32_t w = chunk_word(raw, p / 2) >> (16 * (p % 2));  // the pair in the low half
-    if constexpr (std::is_same_v<T16, __half>) {
-      const __half2_raw h =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
-      return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-    } else {
-      const uint32_t t = __byte_perm(w, 0u, 0x1404u);  // [0, code 0, 0, code 1]
-      return (t & 0x80008000u) | ((t & 0x7f007f00u) >> 4);
-    }
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
   }
   __device__ float at(const Row& r, int64_t k) const {
     const __half h = __half(__nv_cvt_fp8_to_halfraw(r.codes[k], __NV_E4M3));
@@ -371,14 +362,13 @@ struct IntReader {
   // 8w + s and 8w + s + 4), each under the exponent of 128 (bf16) or 1024 (fp16), so the pair
   // holds 128 + q (1024 + q) exactly; the GEMV takes off (128 + zero) times the sum of x once a
   // super-step instead of once a pair. kInt8: bytes 2p and 2p + 1 under fp16's 1024 the same
-  // way, minus (1024 + zero) at once (bf16 holds 128 + q exactly only below 128, so its pairs go
-  // through fp32).
+  // way, minus (1024 + zero) at once, always in fp16 (kHalfPairs: bf16 holds 128 + q exactly only
+  // below 128).
   static constexpr bool kBiasedPairs = kBits == 4;
+  static constexpr bool kHalfPairs = kBits == 8;
   static constexpr int pair_col(int p, int h) {
     return kBits == 4 ? 8 * (p / 4) + p % 4 + 4 * h : 2 * p + h;
   }
-  template <typename T16>
-  static constexpr float pair_scale() { return 1.0f; }
   template <typename T16>
   static constexpr uint32_t kInt4Magic = std::is_same_v<T16, __half> ? 0x6400u : 0x4300u;
   template <typename T16>
@@ -393,14 +383,9 @@ struct IntReader {
     } else {
       const uint32_t zero = m.zero;
       const uint32_t w = chunk_word(raw, p / 2) >> (16 * (p % 2));
+      static_assert(std::is_same_v<T16, __half>, "int8 pairs are fp16");
       const uint32_t biased = __byte_perm(w, 0x64006400u, 0x7150u);  // [q0, 0x64, q1, 0x64]
-      const uint32_t diff = sub_pair<__half>(biased, (0x6400u + zero) * 0x10001u);
-      if constexpr (std::is_same_v<T16, __half>) {
-        return diff;
-      } else {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&diff));
-        return pack_pair<T16>(f.x, f.y);
-      }
+      return sub_pair<__half>(biased, (0x6400u + zero) * 0x10001u);
     }
   }
   __device__ float at(const Row& r, int64_t k) const {
