@@ -10,7 +10,9 @@
 # STEPS adds "peer" (the PyTorch batched peer at 8 sequences, scripts/peer_bench.py) and "ncu"
 # (Nsight Compute's warp states of the tree's GEMV launches in two eager decode steps of
 # Qwen2.5-7B int4, $OUT/ncu.txt; gate|up's stall reasons and SASS counters, ncu_stalls.txt and
-# ncu_source.csv) after the variants; AGAIN=1 times the tree again after them (for
+# ncu_source.csv) and "trace" (docs/experiments/step-trace.patch on the tree: the launch timeline
+# of one batch-1 Qwen2.5-7B int4 decode step inside its CUDA graph, $OUT/trace.txt, its summary
+# in the table) after the variants; AGAIN=1 times the tree again after them (for
 # drift). TESTS=FILTER also builds kuiper_tests with each variant applied and runs that gtest
 # filter (e.g. 'Matmul*:Linear*:QuantizedMatmul*:TiledWeight*:QuantizedModel*:*QuantizedFixture*:
 # CudaModel*:*BatchTest*', the GEMVs' and their models'; about 60 s to build, then the tests),
@@ -110,5 +112,22 @@ if [[ " $STEPS " == *" ncu "* ]]; then
     --prompt 16 --gen 4 --repeat 1 > "$OUT/ncu_source.csv" 2>&1
   table+=$'\n\n'"ncu: $(grep -cE 'gemv_mma_kernel' "$OUT/ncu.txt") kernel sections in ncu.txt"
   table+=$'\n'"$(grep -E 'stalled|inst_executed|duration|dram__bytes' "$OUT/ncu_stalls.txt" | sed 's/smsp__average_warps_issue_stalled_//' | head -30)"
+fi
+if [[ " $STEPS " == *" trace "* ]]; then
+  if git apply docs/experiments/step-trace.patch; then
+    if build; then
+      KUIPER_TRACE_FILE="$OUT/trace.csv" "$bench" --config models/qwen2.5-7b.json --dtype bf16 \
+        --quantize int4 --quantize-lm-head int4 --prompt 512 --gen 128 --repeat 1 --cuda-graph \
+        > "$OUT/trace_bench.log" 2>&1
+      python3 scripts/trace_step.py "$OUT/trace.csv" > "$OUT/trace.txt" 2>&1
+      table+=$'\n\n'"trace (int4, batch 1): $(sed -n '/^step:/,$p' "$OUT/trace.txt")"
+    else
+      table+=$'\n\n'"trace: step-trace did not build"
+    fi
+    git apply -R docs/experiments/step-trace.patch || echo "step-trace does not come off" >&2
+  else
+    table+=$'\n\n'"trace: step-trace does not apply"
+  fi
+  stamp traced
 fi
 echo "$table"
