@@ -251,10 +251,14 @@ TEST(QuantizedMatmul, RowViewsGiveTheirRowsProducts) {
   }
 }
 
-// bf16 rows of x far outside fp16's range (3e5, past its 65504; 1e-6, in its subnormals) through
-// the tensor-core GEMV, which multiplies FP8 and int8 in fp16 with each row scaled by a power of
-// two (int4 in bf16): each row's results within 1e-4 of its largest, as a row of ordinary size,
-// against the CPU's double sums with the dequantized weights.
+// bf16 rows of x far outside fp16's range (3e5, past its 65504; 1e-6, in its subnormals) beside
+// one of ordinary size through the tensor-core GEMV, which multiplies in fp16 and stages a row
+// outside [2^-4, 2^15) again times a power of two: each row's results
+// within 1e-4 of its largest, as the ordinary row's, against the CPU's double sums with the
+// dequantized weights, and bit for bit as the row alone. Then the fused norm (x the fp32
+// residual stream, out bf16) with norm weights of 3e5 and 1e-7, every normalised row outside the
+// window, against the CPU's op::linear within 1e-2 of the largest (fp16's subnormal step is 60%
+// of 1e-7).
 TEST(QuantizedMatmul, CudaGemvTakesBf16RowsOutsideFp16sRange) {
   SKIP_WITHOUT_CUDA();
   const int64_t K = 512, N = 48;
@@ -266,8 +270,9 @@ TEST(QuantizedMatmul, CudaGemvTakesBf16RowsOutsideFp16sRange) {
   }
   const Tensor x = upload(host_x, DataType::kBf16, DeviceType::kCuda);
   const std::vector<float> xv = host_floats(x);  // x as bf16 holds it
-  for (const Format& f : {Format{WeightFormat::kFp8, 128, 128}, Format{WeightFormat::kInt8, 1, 128},
-                          Format{WeightFormat::kInt4, 1, 128}}) {
+  const Format formats[] = {{WeightFormat::kFp8, 128, 128}, {WeightFormat::kInt8, 1, 128},
+                            {WeightFormat::kInt4, 1, 128}};
+  for (const Format& f : formats) {
     const Tensor w = upload(random_tensor({N, K}, 4, DataType::kFp32, 0.05f), DataType::kFp32,
                             DeviceType::kCuda);
     auto q = quantized(w, f);
@@ -285,10 +290,42 @@ TEST(QuantizedMatmul, CudaGemvTakesBf16RowsOutsideFp16sRange) {
         for (int64_t k = 0; k < K; ++k) want[n] += double(xv[t * K + k]) * wv[n * K + k];
         largest = std::max(largest, std::fabs(want[n]));
       }
+      Tensor alone = poisoned({1, N}, DataType::kFp32, DeviceType::kCuda);
+      ASSERT_OK(op::matmul(x.rows(t, 1), *q, nullptr, alone));
+      const std::vector<float> one = host_floats(alone);
       for (int64_t n = 0; n < N; ++n) {
         ASSERT_TRUE(std::isfinite(got[t * N + n])) << f.name() << " row " << t;
         ASSERT_LE(std::fabs(got[t * N + n] - want[n]), 1e-4 * largest)
             << f.name() << " row " << t << " (x times " << row_scales[t] << ") column " << n;
+        ASSERT_EQ(one[n], got[t * N + n]) << f.name() << " row " << t << " alone, column " << n;
+      }
+    }
+  }
+  const Tensor host_residual = random_tensor({T, K}, 6, DataType::kFp32, 2.0f);
+  for (const float norm_scale : {3e5f, 1e-7f}) {
+    const Tensor host_norm = random_tensor({K}, 7, DataType::kBf16, 0.5f * norm_scale, norm_scale);
+    for (const Format& f : formats) {
+      const Tensor host_w = random_tensor({N, K}, 8, DataType::kFp32, 0.05f);
+      std::vector<float> results[2];
+      for (DeviceType device : {DeviceType::kCpu, DeviceType::kCuda}) {
+        const Tensor residual = upload(host_residual, DataType::kFp32, device);
+        const Tensor norm = upload(host_norm, DataType::kBf16, device);
+        auto q = quantized(upload(host_w, DataType::kFp32, device), f);
+        ASSERT_OK(q.status());
+        // bf16 out on CUDA; fp32 on the CPU, whose activations are fp32 only.
+        Tensor y = poisoned({T, N}, device == DeviceType::kCuda ? DataType::kBf16 : DataType::kFp32,
+                            device);
+        op::LinearOptions o;
+        o.norm = &norm;
+        ASSERT_OK(op::linear(residual, *q, o, y));
+        results[device == DeviceType::kCuda] = host_floats(y);
+      }
+      double largest = 0;
+      for (float v : results[0]) largest = std::max(largest, double(std::fabs(v)));
+      for (int64_t i = 0; i < T * N; ++i) {
+        ASSERT_TRUE(std::isfinite(results[1][i])) << f.name() << " norm x " << norm_scale;
+        ASSERT_LE(std::fabs(results[1][i] - results[0][i]), 1e-2 * largest)
+            << f.name() << " norm x " << norm_scale << " element " << i;
       }
     }
   }

@@ -33,16 +33,16 @@
 // exactly, and a super-step's products are multiplied by their x group's scale beside the
 // weight's (a group of 128 columns is two FP8 super-steps).
 //
-// FP8 and int8 weights multiply in fp16 whatever the activation type (the readers' kHalfPairs):
+// The quantized weights multiply in fp16 whatever the activation type (the readers' kHalfPairs):
 // the hardware turns a pair of E4M3 codes into fp16 in one instruction, where bf16 took three
 // logic ops (first on the FP8-activation path, H100, Qwen2.5-7B FP8 decode with bf16
 // activations: 251.9 -> 269.5 tok/s; for every FP8 product, H200, batch-1 Qwen2.5-7B FP8
-// 310 -> 335 tok/s), and int8 bytes sit under fp16's exponent exactly. Where the activations are
-// not fp16 (bf16 models), x is staged as fp16 times a power of two a row, 2^s with its largest
-// |x| in [2^13, 2^14): exact (a bf16 value times 2^s is an fp16 one unless it falls below 2^-24,
-// 2^-37 of the row's largest), and a row's results are multiplied by 2^-s when stored. int4
-// stays in the activation type: in fp16 under bf16 activations it measured slower (H200,
-// Qwen2.5-7B int4 472 -> 457 tok/s; docs/experiments/half-pairs.patch).
+// 310 -> 335 tok/s), int8 bytes sit under fp16's exponent exactly, and int4 nibbles in place
+// under two fp16 exponents take five instructions a word of eight, where bf16 took seven
+// (weight_readers.cuh). Where the activations are
+// not fp16 (bf16 models), a row of x whose largest |x| lies in [2^-4, 2^15) (nearly every row)
+// is staged in fp16 as it is, and any other times a power of two, 2^s with its largest in
+// [2^13, 2^14), its results multiplied by 2^-s when stored (stage_x_pairs).
 //
 // Measured on the H100 (kuiper-bench --matmul-only --config models/qwen3-8b.json --dtype bf16
 // --quantize F, one row, % of copy bandwidth; the one-row GEMV's figures from docs/PERFORMANCE.md
@@ -163,11 +163,15 @@ struct MmaXs {
 };
 
 // Dynamic shared memory: the staged rows of x, then `extra` floats a super-step of each row:
-// (biased pairs) the sum of each super-step's staged x [T][steps], or (FP8 activations) the scale
-// of each group of x [T][K / 128], fewer.
-inline int64_t gemv_mma_smem(int64_t T, int64_t K, int kVec, bool extra) {
+// (biased pairs, 2) the sums of each super-step's staged x [T][steps][2], or (FP8 activations,
+// 1) the scale of each group of x [T][K / 128], fewer.
+inline int64_t gemv_mma_smem(int64_t T, int64_t K, int kVec, int extra) {
   const int64_t x_bytes = T * (K / 2 + kMmaGemvPadPairs) * 4;
-  return x_bytes + (extra ? T * (K / (4 * kVec)) * 4 : 0);
+  return x_bytes + T * (K / (4 * kVec)) * extra * 4;
+}
+template <typename Reader>
+int gemv_mma_extra(const GemvArgs& a) {
+  return Reader::kBiasedPairs ? 2 : a.fp8_activations ? 1 : 0;
 }
 
 // The power s of two that brings a row's largest |x| (big) to [2^13, 2^14) times 2^s: fp16 holds
@@ -215,11 +219,15 @@ __device__ __forceinline__ void load8_as_float(const void* p, DataType t, int64_
 
 // Stages rows [0, T) of x into xs (MmaXs) as T16 pairs: with a norm, as the unfused rmsnorm
 // stores it (weight * (x / rms), rounded to TA, the activation type), else x (TA already, the
-// launcher's precondition); where T16 is fp16 and TA is not, times 2^s of its row (row_shift of
-// the row's largest, found in a first pass over x, as the norm's sum of squares is), with 2^-s
-// in unscale[n] (else 1); for biased pairs, also each super-step's sum of the staged values
-// (xsum[n][step]); with FP8 activations, the codes of the rounded x and each group's scale
+// launcher's precondition); for biased pairs, also each super-step's sums of the staged values,
+// each pair's times its pair_offset and plain (xsum[n][step][2]); with FP8 activations, the codes of the rounded x and each group's scale
 // (xsum[n][group]; the 16 lanes holding a group's 128 columns find its largest by shuffles).
+// Where T16 is fp16 and TA is not (checked), a row goes into fp16 as it is when its largest
+// |value| lies in [2^-4, 2^15) (kept: found while staging, by one shared atomic a thread and
+// row): fp16 holds every bf16 value below 2^15, exactly down to 2^-14 and within 2^-25 below
+// that, 2^-21 of the row's largest. A row outside (rare: a first pass over x for every row cost
+// more than the fp16 pairs saved on int4) is staged again times 2^s, its largest in
+// [2^13, 2^14) (row_shift), with 2^-s in unscale[n] (else 1).
 // A thread takes 8 columns at a time, one 16-byte unit of xs: every reader's pairs 4j .. 4j + 3
 // of a chunk are its columns 8j + pair_col(e, h) for e < 4, whatever j. A super-step's sum is
 // added up by the 16 lanes holding its 128 columns, by shuffles in a fixed order (the same sum
@@ -229,77 +237,53 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
   constexpr int kVec = Reader::kVec;
   using Layout = MmaXs<kVec>;
   __shared__ float sumsq[kMmaGemvWarps][kMmaGemvMaxRows];
-  __shared__ float largest[kMmaGemvWarps][kMmaGemvMaxRows];
+  __shared__ uint32_t largest[kMmaGemvMaxRows];  // each row's largest |value|, as float bits
   const TX* x = static_cast<const TX*>(a.x);
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
   const int units = K / 8, pairs = Layout::row_pairs(K), steps = K / (4 * kVec);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool norm = a.norm != nullptr;
   const bool fp8_codes = std::is_same_v<Reader, Fp8Reader> && a.fp8_activations;
-  const bool scaled =
+  const bool checked =
       std::is_same_v<T16, __half> && !std::is_same_v<TA, __half> && !fp8_codes;
-  if (norm || scaled) {
+  if (threadIdx.x < kMmaGemvMaxRows) {
+    largest[threadIdx.x] = 0u;
+    unscale[threadIdx.x] = 1.0f;
+  }
+  if (norm) {
     for (int n = 0; n < T; ++n) {
-      float local = 0.0f, big = 0.0f;  // big: the largest |weight x| (norm) or |x|
+      float local = 0.0f;
       for (int u = threadIdx.x; u < units; u += kMmaGemvThreads) {
         float f[8];
         load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f);  // x_vectorized (applies)
-        if (norm) {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) local += f[e] * f[e];
-        }
-        if (scaled && norm) {
-          float weight[8];
-          load8_as_float(a.norm, a.norm_dtype, 8 * u, weight);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) big = fmaxf(big, fabsf(weight[e] * f[e]));
-        } else if (scaled) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) big = fmaxf(big, fabsf(f[e]));
-        }
+        for (int e = 0; e < 8; ++e) local += f[e] * f[e];
       }
       local = warp_sum(local);
-      big = warp_max(big);
-      if (lane == 0) {
-        sumsq[warp][n] = local;
-        largest[warp][n] = big;
-      }
+      if (lane == 0) sumsq[warp][n] = local;
     }
-    __syncthreads();
   }
-  const int total = T * units;
-  // 1 / rms and 2^s found once for each row a thread stages (once for a row of x), a row of x
-  // without a division.
-  float inv = 1.0f, up = 1.0f;
+  if (norm || checked) __syncthreads();
+  // 1 / rms found once for each row a thread stages (once for a
+  // row of x), a row of x without a division.
+  float inv = 0.0f;
   int inv_row = -1;
-  // Whole warps go round together (the biased sums' shuffles); units is a multiple of 16 then.
-  for (int base = 0; base < total; base += kMmaGemvThreads) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    const bool active = i < total;
-    const int n = active && T > 1 ? i / units : 0, u = active ? i - n * units : 0;
+  // Stages unit u of row n times up (a power of two; 1 but where a checked row is staged again),
+  // by whole warps (the biased sums' shuffles; units is a multiple of 16 then), storing where
+  // active; returns the largest |value| of the unit before up where checked.
+  auto stage_unit = [&](int n, int u, bool active, float up) {
     float f[8];
     // x in 16-byte loads alone (gemv_mma_applies asks for them):
     // with the run-time choice both ways were issued, one of them predicated off.
     load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f);
-    if (n != inv_row) {
-      if (norm) {
+    if (norm) {
+      if (n != inv_row) {
         float total_sq = 0.0f;
 #pragma unroll
         for (int w = 0; w < kMmaGemvWarps; ++w) total_sq += sumsq[w][n];
         inv = 1.0f / sqrtf(total_sq / static_cast<float>(K) + a.eps);
+        inv_row = n;
       }
-      int shift = 0;
-      if (scaled) {
-        float big = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kMmaGemvWarps; ++w) big = fmaxf(big, largest[w][n]);
-        shift = row_shift(norm ? big * inv : big);
-      }
-      up = pow2(shift);
-      if (active && u == 0) unscale[n] = pow2(-shift);
-      inv_row = n;
-    }
-    if (norm) {
       float weight[8];
       load8_as_float(a.norm, a.norm_dtype, 8 * u, weight);
 #pragma unroll
@@ -326,18 +310,25 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
         f[2 * e + 1] = v.y;
       }
     }
-    if (scaled) {
+    float big = 0.0f;
+    if (checked) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) f[e] = to_float(from_float<TA>(f[e])) * up;  // exact in fp16
+      for (int e = 0; e < 8; ++e) {
+        f[e] = to_float(from_float<TA>(f[e]));  // x as the unfused ops would store it
+        big = fmaxf(big, fabsf(f[e]));
+        f[e] *= up;  // exact
+      }
     }
     uint32_t unit[4];
-    float sum = 0.0f;
+    float sum = 0.0f, offsets = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < 4; ++e) {  // pair e of the unit is pair 4j + e of its chunk
       unit[e] = pack_pair<T16>(f[Reader::pair_col(e, 0)], f[Reader::pair_col(e, 1)]);
       if constexpr (Reader::kBiasedPairs) {
         const T16* h = reinterpret_cast<const T16*>(&unit[e]);
-        sum += to_float(h[0]) + to_float(h[1]);
+        const float pair_sum = to_float(h[0]) + to_float(h[1]);
+        sum += pair_sum;
+        offsets += Reader::pair_offset(e) * pair_sum;
       }
     }
     const int q = u / (kVec / 8), j = u % (kVec / 8);
@@ -349,11 +340,50 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
     if constexpr (Reader::kBiasedPairs) {
       static_assert(4 * Reader::kVec == 128, "a biased super-step is 16 units of 8 columns");
 #pragma unroll
-      for (int o = 8; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      if (active && (lane & 15) == 0) xsum[n * steps + u / 16] = sum;
+      for (int o = 8; o >= 1; o /= 2) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        offsets += __shfl_xor_sync(0xffffffffu, offsets, o);
+      }
+      if (active && (lane & 15) == 0) {
+        *reinterpret_cast<float2*>(xsum + 2 * (n * steps + u / 16)) = make_float2(offsets, sum);
+      }
+    }
+    return big;
+  };
+  const int total = T * units;
+  float big = 0.0f;  // the largest |value| this thread staged of row big_row
+  int big_row = 0;
+  for (int base = 0; base < total; base += kMmaGemvThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const bool active = i < total;
+    const int n = active && T > 1 ? i / units : 0, u = active ? i - n * units : 0;
+    const float unit_big = stage_unit(n, u, active, 1.0f);
+    if (checked) {
+      if (n != big_row) {  // non-negative floats order as their bits
+        atomicMax(&largest[big_row], __float_as_uint(big));
+        big = 0.0f;
+        big_row = n;
+      }
+      big = fmaxf(big, unit_big);
     }
   }
+  if (checked) atomicMax(&largest[big_row], __float_as_uint(big));
   __syncthreads();
+  if (checked) {
+    bool again = false;  // the same for every thread: read after the barrier
+    for (int n = 0; n < T; ++n) {
+      const float row_big = __uint_as_float(largest[n]);
+      const int shift = row_big >= 0x1p-4f && row_big < 0x1p15f ? 0 : row_shift(row_big);
+      if (shift == 0) continue;
+      again = true;
+      for (int base = 0; base < units; base += kMmaGemvThreads) {
+        const int u = base + static_cast<int>(threadIdx.x);
+        stage_unit(n, u < units ? u : 0, u < units, pow2(shift));
+      }
+      if (threadIdx.x == 0) unscale[n] = pow2(-shift);
+    }
+    if (again) __syncthreads();
+  }
 }
 
 // 16 bytes of shared memory at a 32-bit shared address.
@@ -365,9 +395,9 @@ __device__ __forceinline__ uint4 ld_shared16(uint32_t address) {
   return v;
 }
 
-__device__ __forceinline__ float ld_shared4(uint32_t address) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
+__device__ __forceinline__ float2 ld_shared8(uint32_t address) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(address));
   return v;
 }
 
@@ -547,8 +577,10 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   // The C columns of this lane (x rows 2c and 2c + 1, clamped as x_n) for the biased pairs' sums.
   const int n_lo = 2 * c < T ? 2 * c : T - 1, n_hi = 2 * c + 1 < T ? 2 * c + 1 : T - 1;
   // the sums' rows by 32-bit shared addresses too.
-  const uint32_t xsum_lo = static_cast<uint32_t>(__cvta_generic_to_shared(xsum + n_lo * steps));
-  const uint32_t xsum_hi = static_cast<uint32_t>(__cvta_generic_to_shared(xsum + n_hi * steps));
+  const uint32_t xsum_lo =
+      static_cast<uint32_t>(__cvta_generic_to_shared(xsum + 2 * n_lo * steps));
+  const uint32_t xsum_hi =
+      static_cast<uint32_t>(__cvta_generic_to_shared(xsum + 2 * n_hi * steps));
   // unit jj of chunk q, x_units[q kUnits + (jj ^ sw)], by its 32-bit
   // shared address: the row starts on 64 bytes (xs_storage's alignment, rows a multiple of 64
   // bytes long), so that address is (row ^ 16 sw) + 16 kUnits q, xor 16 jj: one instruction a
@@ -580,14 +612,14 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
         }
       }
       if constexpr (Reader::kBiasedPairs) {
-        const float sum_lo = ld_shared4(xsum_lo + 4u * static_cast<uint32_t>(s));
-        const float sum_hi = ld_shared4(xsum_hi + 4u * static_cast<uint32_t>(s));
-        const float b0 = Reader::template pair_bias<T16>(meta[0][j]);
-        const float b1 = Reader::template pair_bias<T16>(meta[1][j]);
-        part[0] -= b0 * sum_lo;
-        part[1] -= b0 * sum_hi;
-        part[2] -= b1 * sum_lo;
-        part[3] -= b1 * sum_hi;
+        // {the offsets' sum, x's sum}: the pairs' offsets and the zero taken off.
+        const float2 sum_lo = ld_shared8(xsum_lo + 8u * static_cast<uint32_t>(s));
+        const float2 sum_hi = ld_shared8(xsum_hi + 8u * static_cast<uint32_t>(s));
+        const float z0 = Reader::pair_zero(meta[0][j]), z1 = Reader::pair_zero(meta[1][j]);
+        part[0] -= fmaf(z0, sum_lo.y, sum_lo.x);
+        part[1] -= fmaf(z0, sum_hi.y, sum_hi.x);
+        part[2] -= fmaf(z1, sum_lo.y, sum_lo.x);
+        part[3] -= fmaf(z1, sum_hi.y, sum_hi.x);
       }
       if constexpr (std::is_same_v<Reader, Fp8Reader>) {
         if (a.fp8_activations) {  // the x groups' scales (a group: 128 / (4 kVec) super-steps)
@@ -657,7 +689,7 @@ bool gemv_mma_applies(const GemvArgs& a, int64_t smem_limit) {
     // x and the norm's weights in 16-byte loads.
     if (!a.x_vectorized || (a.norm != nullptr && !aligned16(a.norm))) return false;
     if (a.fp8_activations && !std::is_same_v<Reader, Fp8Reader>) return false;
-    return gemv_mma_smem(1, a.K, Reader::kVec, Reader::kBiasedPairs || a.fp8_activations) <=
+    return gemv_mma_smem(1, a.K, Reader::kVec, gemv_mma_extra<Reader>(a)) <=
                smem_limit &&
            a.N < (int64_t{1} << 30);
   }
@@ -685,7 +717,7 @@ Result<int64_t> gemv_mma_fit(int64_t smem) {
 // loads in flight are worth more than one launch for all rows), else as many as do, at least
 // one.
 template <typename Reader, typename TX, typename TO>
-Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K, bool extra) {
+Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K, int extra) {
   KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
   for (int64_t rows = T; rows > 1; --rows) {
     const int64_t smem = gemv_mma_smem(rows, K, Reader::kVec, extra);
@@ -713,7 +745,7 @@ Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
     b.x = static_cast<const TX*>(a.x) + t0 * a.K;
     b.out = static_cast<TO*>(a.out) + t0 * a.N;
     const int64_t smem =
-        gemv_mma_smem(b.T, a.K, Reader::kVec, Reader::kBiasedPairs || a.fp8_activations);
+        gemv_mma_smem(b.T, a.K, Reader::kVec, gemv_mma_extra<Reader>(a));
     KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, TX, TO>(smem)));
     const int64_t per_block = (tiles + fit - 1) / fit;
     const int64_t blocks = (tiles + per_block - 1) / per_block;
@@ -755,7 +787,7 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
                 static_cast<size_t>(smem_limit))));
             KUIPER_ASSIGN_OR_RETURN(const int64_t per_launch,
                                     (gemv_mma_rows_per_launch<Reader, TX, TO>(
-                                        launch.T, a.K, Reader::kBiasedPairs || a.fp8_activations)));
+                                        launch.T, a.K, gemv_mma_extra<Reader>(a))));
             // Past kMmaGemvMaxRows rows, only where each launch takes that many (a long row of
             // x, down_proj's, leaves room for fewer, and more passes over the weights cost
             // more).

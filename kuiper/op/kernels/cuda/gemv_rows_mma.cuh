@@ -53,7 +53,7 @@ __device__ __forceinline__ int rows_mma_swizzle(int c, int row) { return c ^ ((r
 // Dynamic shared memory: the warps' rings, then x's staged rows (gemv_mma's layout).
 inline int64_t gemv_rows_mma_smem(int64_t T, int64_t K) {
   return int64_t{kMmaGemvWarps} * kRowsMmaRing * kRowsMmaStageChunks * 16 +
-         gemv_mma_smem(T, K, 8, false);
+         gemv_mma_smem(T, K, 8, 0);
 }
 
 // What the kernel's static shared memory (the warps' sums, stage_rows_x's 1 / rms) leaves of a

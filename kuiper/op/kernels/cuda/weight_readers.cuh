@@ -21,9 +21,9 @@
 //   pair<T16>(raw, meta, p)   weights pair_col(p, 0) (low half) and pair_col(p, 1) of the chunk
 //                             as two T16 in one register (fp16 where kHalfPairs, else fp16 or
 //                             bf16, the activation type), before the scale and, where
-//                             kBiasedPairs, plus pair_bias<T16>(meta) (which the GEMV takes off
-//                             once a super-step, times the sum of x); exact, 0 <= p < kVec / 2
-//                             (the quantized readers)
+//                             kBiasedPairs, plus pair_offset(p) (which the GEMV takes off once a
+//                             super-step, times the sum of x, as it does the zero,
+//                             pair_zero(meta)); exact, 0 <= p < kVec / 2 (the quantized readers)
 // where the pairing is whichever the format unpacks in the fewest instructions: the product
 // sums over a chunk's columns in any order, so x is staged in the same pair order.
 #pragma once
@@ -358,32 +358,30 @@ struct IntReader {
   static __device__ __forceinline__ float scale(Meta m) {
     return __half2float(__ushort_as_half(static_cast<uint16_t>(m.scale)));
   }
-  // Pairs. kInt4: nibbles s and s + 4 of a word (one shift and one mask-and-or a pair: columns
-  // 8w + s and 8w + s + 4), each under the exponent of 128 (bf16) or 1024 (fp16), so the pair
-  // holds 128 + q (1024 + q) exactly; the GEMV takes off (128 + zero) times the sum of x once a
-  // super-step instead of once a pair. kInt8: bytes 2p and 2p + 1 under fp16's 1024 the same
-  // way, minus (1024 + zero) at once, always in fp16 (kHalfPairs: bf16 holds 128 + q exactly only
-  // below 128).
+  // Pairs, in fp16 (kHalfPairs). kInt4: nibbles s and s + 4 of a word (columns 8w + s and
+  // 8w + s + 4), left where they are under an fp16 exponent: for even s at bits 0-3 of each half
+  // under 1024's, so the pair holds 1024 + q, for odd s at bits 4-7 under 64's, whose mantissa
+  // step is 1/16, so it holds 64 + q; s = 2 and 3 after one shift of the word by 8 (five
+  // instructions a word, where bf16's 7-bit mantissa took a shift for every s but 0: seven). The
+  // GEMV takes the offsets (pair_offset) and the zero off once a super-step, times sums of x.
+  // kInt8: bytes 2p and 2p + 1 under 1024's exponent the same way, minus (1024 + zero) at once.
   static constexpr bool kBiasedPairs = kBits == 4;
-  static constexpr bool kHalfPairs = kBits == 8;
+  static constexpr bool kHalfPairs = true;
   static constexpr int pair_col(int p, int h) {
     return kBits == 4 ? 8 * (p / 4) + p % 4 + 4 * h : 2 * p + h;
   }
-  template <typename T16>
-  static constexpr uint32_t kInt4Magic = std::is_same_v<T16, __half> ? 0x6400u : 0x4300u;
-  template <typename T16>
-  static __device__ __forceinline__ float pair_bias(Meta m) {
-    return static_cast<float>((std::is_same_v<T16, __half> ? 1024u : 128u) + m.zero);
-  }
+  static constexpr float pair_offset(int p) { return p % 2 == 0 ? 1024.0f : 64.0f; }
+  static __device__ __forceinline__ float pair_zero(Meta m) { return static_cast<float>(m.zero); }
   template <typename T16>
   static __device__ __forceinline__ uint32_t pair(uint4 raw, Meta m, int p) {
+    static_assert(std::is_same_v<T16, __half>, "integer pairs are fp16");
     if constexpr (kBits == 4) {
-      const uint32_t w = chunk_word(raw, p / 4) >> (4 * (p % 4));
-      return and_or<0x000f000fu, kInt4Magic<T16> * 0x10001u>(w);
+      const uint32_t w = chunk_word(raw, p / 4) >> (p % 4 >= 2 ? 8 : 0);
+      return p % 2 == 0 ? and_or<0x000f000fu, 0x64006400u>(w)
+                        : and_or<0x00f000f0u, 0x54005400u>(w);
     } else {
       const uint32_t zero = m.zero;
       const uint32_t w = chunk_word(raw, p / 2) >> (16 * (p % 2));
-      static_assert(std::is_same_v<T16, __half>, "int8 pairs are fp16");
       const uint32_t biased = __byte_perm(w, 0x64006400u, 0x7150u);  // [q0, 0x64, q1, 0x64]
       return sub_pair<__half>(biased, (0x6400u + zero) * 0x10001u);
     }
