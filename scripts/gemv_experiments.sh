@@ -12,7 +12,8 @@
 # Qwen2.5-7B int4, $OUT/ncu.txt; gate|up's stall reasons and SASS counters, ncu_stalls.txt and
 # ncu_source.csv) and "trace" (docs/experiments/step-trace.patch on the tree: the launch timeline
 # of one batch-1 Qwen2.5-7B int4 decode step inside its CUDA graph, $OUT/trace.txt, its summary
-# in the table) after the variants; AGAIN=1 times the tree again after them (for
+# in the table; TRACE_WITH=NAME[+NAME] traces the tree with those patches applied, e.g.
+# chunked-fold) after the variants; AGAIN=1 times the tree again after them (for
 # drift). TESTS=FILTER also builds kuiper_tests with each variant applied and runs that gtest
 # filter (e.g. 'Matmul*:Linear*:QuantizedMatmul*:TiledWeight*:QuantizedModel*:*QuantizedFixture*:
 # CudaModel*:*BatchTest*', the GEMVs' and their models'; about 60 s to build, then the tests),
@@ -114,13 +115,15 @@ if [[ " $STEPS " == *" ncu "* ]]; then
   table+=$'\n'"$(grep -E 'stalled|inst_executed|duration|dram__bytes' "$OUT/ncu_stalls.txt" | sed 's/smsp__average_warps_issue_stalled_//' | head -30)"
 fi
 if [[ " $STEPS " == *" trace "* ]]; then
+  # TRACE_WITH=NAME[+NAME]: those patches under step-trace (the tree's timeline when unset).
+  for p in $(patches "${TRACE_WITH:-}"); do git apply "docs/experiments/$p.patch" || echo "$p does not apply"; done
   if git apply docs/experiments/step-trace.patch; then
     if build; then
       KUIPER_TRACE_FILE="$OUT/trace.csv" "$bench" --config models/qwen2.5-7b.json --dtype bf16 \
         --quantize int4 --quantize-lm-head int4 --prompt 512 --gen 128 --repeat 1 --cuda-graph \
         > "$OUT/trace_bench.log" 2>&1
       python3 scripts/trace_step.py "$OUT/trace.csv" > "$OUT/trace.txt" 2>&1
-      table+=$'\n\n'"trace (int4, batch 1): $(sed -n '/^step:/,$p' "$OUT/trace.txt")"
+      table+=$'\n\n'"trace (int4, batch 1${TRACE_WITH:+, with $TRACE_WITH}): $(sed -n '/^step:/,$p' "$OUT/trace.txt")"
     else
       table+=$'\n\n'"trace: step-trace did not build"
     fi
@@ -128,6 +131,9 @@ if [[ " $STEPS " == *" trace "* ]]; then
   else
     table+=$'\n\n'"trace: step-trace does not apply"
   fi
+  for p in $(patches "${TRACE_WITH:-}" | tr ' ' '\n' | tac); do
+    git apply -R "docs/experiments/$p.patch" || echo "$p does not come off" >&2
+  done
   stamp traced
 fi
 echo "$table"
