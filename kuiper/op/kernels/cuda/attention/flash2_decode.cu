@@ -842,21 +842,19 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
       if (is_last) {
         // One pass: a thread owns a float4 of one head's output and reads every partial's
         // (m, l) with its output slice, keeping a running maximum (online softmax over the
-        // partials), so the partials' loads are all in flight at once: one L2 round trip, no
-        // barrier. Block `first` holds the unit in its last slot unless the unit starts with it.
+        // partials), its loads in flight kFoldChunk at a time (fold_partials): one L2 round trip
+        // a chunk, no barrier. Block `first` holds the unit in its last slot unless the unit starts with it.
         const int which0 = decode_block_begin(work, blocks, first) == cur.unit0 ? 0 : 1;
         for (int idx = threadIdx.x; idx < cur.ng * (D / 4); idx += Tr::kThreads) {
           const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
           SoftmaxState st;
           float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 16
-          for (int c = 0; c < used; ++c) {
-            const size_t slot =
-                (static_cast<size_t>(first + c) * 2 + (c == 0 ? which0 : 0)) * Tr::kHeads + r;
-            const float2 x = __ldcg(ml_part + slot);
-            const float4 y = __ldcg(reinterpret_cast<const float4*>(o_part + slot * D + d));
-            acc = weigh(acc, st.merge(x.x, x.y), y);
-          }
+          fold_partials<D>(ml_part, reinterpret_cast<const float4*>(o_part + d), used,
+                           [=](int c) {
+                             return (static_cast<size_t>(first + c) * 2 + (c == 0 ? which0 : 0)) *
+                                        Tr::kHeads + r;
+                           },
+                           st, acc);
           const float inv = 1.0f / st.l;
           const float res[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
           store_vec<T, 4>(out_rows + static_cast<size_t>(r) * D + d, res);

@@ -49,19 +49,34 @@ __device__ __forceinline__ float4 weigh(float4 acc, float2 w, float4 y) {
                      acc.w * w.x + w.y * y.w);
 }
 
-// Folds the split-KV partials c = first, first + step, ... < count into (st, acc): partial c is
-// the state ml[c] and the output slice o[c * D / 4] (a float4 of a D-wide row). Every partial
-// saw at least one key (finite m). Read through L2: other blocks wrote them. The loads of all
-// partials are independent, so they are in flight at once.
-template <int D>
-__device__ __forceinline__ void fold_partials(const float2* ml, const float4* o, int first,
-                                              int count, int step, SoftmaxState& st,
-                                              float4& acc) {
-#pragma unroll 16
-  for (int c = first; c < count; c += step) {
-    const float2 x = __ldcg(&ml[c]);
-    const float4 y = __ldcg(o + static_cast<size_t>(c) * (D / 4));
-    acc = weigh(acc, st.merge(x.x, x.y), y);
+// Folds count split-KV partials into (st, acc), in order: partial i is the state ml[slot(i)]
+// and the output slice o[slot(i) * D / 4] (a float4 of a D-wide row). Every partial saw at least
+// one key (finite m). Read through L2: other blocks wrote them. The loads go out kFoldChunk at a
+// time, all of a chunk before the first is used: a loop whose count is known only at run time
+// (`#pragma unroll` or not) waited for each partial's L2 round trip in turn, 4.4 us of the decode
+// attention's 13 us at batch 1 (docs/PERFORMANCE.md, issue 15's section). The same sums in the
+// same order as one at a time.
+constexpr int kFoldChunk = 8;
+template <int D, typename SlotOf>
+__device__ __forceinline__ void fold_partials(const float2* ml, const float4* o, int count,
+                                              SlotOf slot, SoftmaxState& st, float4& acc) {
+  for (int i0 = 0; i0 < count; i0 += kFoldChunk) {
+    float2 x[kFoldChunk];
+    float4 y[kFoldChunk];
+#pragma unroll
+    for (int j = 0; j < kFoldChunk; ++j) {
+      x[j] = make_float2(-INFINITY, 0.0f);
+      y[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i0 + j < count) {
+        const size_t s = slot(i0 + j);
+        x[j] = __ldcg(ml + s);
+        y[j] = __ldcg(o + s * (D / 4));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kFoldChunk; ++j) {
+      if (i0 + j < count) acc = weigh(acc, st.merge(x[j].x, x[j].y), y[j]);
+    }
   }
 }
 

@@ -62,8 +62,11 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int slice = threadIdx.x / kLanesPerRow, part = threadIdx.x % kLanesPerRow;
   SoftmaxState st;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  // This slice's splits: slice, slice + kSlices, ... < used.
+  const int mine = slice < used ? (used - slice + kSlices - 1) / kSlices : 0;
   fold_partials<D>(ml_part + slot0, reinterpret_cast<const float4*>(o_part + slot0 * D) + part,
-                   slice, used, kSlices, st, acc);
+                   mine, [slice](int i) { return static_cast<size_t>(slice + i * kSlices); }, st,
+                   acc);
   partial[slice][part] = acc;
   if (part == 0) states[slice] = make_float2(st.m, st.l);
   __syncthreads();
