@@ -123,7 +123,9 @@ if [[ " $STEPS " == *" trace "* ]]; then
         --quantize int4 --quantize-lm-head int4 --prompt 512 --gen 128 --repeat 1 --cuda-graph \
         > "$OUT/trace_bench.log" 2>&1
       python3 scripts/trace_step.py "$OUT/trace.csv" > "$OUT/trace.txt" 2>&1
-      table+=$'\n\n'"trace (int4, batch 1${TRACE_WITH:+, with $TRACE_WITH}): $(sed -n '/^step:/,$p' "$OUT/trace.txt")"
+      gzip -f "$OUT/trace.csv.blocks"  # every block of every launch: megabytes
+      # The step's tables (the attention's every-block table stays in trace.txt).
+      table+=$'\n\n'"trace (int4, batch 1${TRACE_WITH:+, with $TRACE_WITH}): $(sed -n '/^step:/,/^slot /p' "$OUT/trace.txt" | grep -v '^slot ')"
     else
       table+=$'\n\n'"trace: step-trace did not build"
     fi
