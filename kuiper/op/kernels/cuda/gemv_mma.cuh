@@ -85,6 +85,15 @@ constexpr int kMmaGemvPadPairs = 16;  // 64 bytes after each staged row of x (Mm
 // Tiles of a block whose warps' sums may wait for their epilogue at once (leave_tile_sums), each
 // slot with a pair of named barriers.
 constexpr int kMmaGemvSlots = 4;
+// The one-row GEMV's block: kMmaGemvTeams teams of kMmaGemvWarps warps, one block an SM. Each team
+// is what a block of kMmaGemvWarps was (its own tiles, sums and named barriers); x is staged once
+// for the block, where two blocks an SM each staged all of it (the staging is instruction-bound:
+// docs/PERFORMANCE.md, issue 15's section). A team's slots: kMmaGemvTeamSlots, so that both teams'
+// "full" and "free" barriers fit ids 1 to 15.
+constexpr int kMmaGemvTeams = 2;
+constexpr int kMmaGemvBlockThreads = kMmaGemvTeams * kMmaGemvThreads;
+constexpr int kMmaGemvTeamSlots = 3;
+static_assert(1 + kMmaGemvTeams * 2 * kMmaGemvTeamSlots <= 16, "named barrier ids 1 to 15");
 
 // Named barriers (ids 1 to 15; 0 is __syncthreads): bar.sync waits until `threads` threads have
 // arrived or synced on `id`, bar.arrive counts this warp without waiting. Both order the warp's
@@ -96,36 +105,35 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// The hand-over of a block's tile i from the `workers` warps that multiply (warps 0 to workers -
-// 1, each with a share of the tile's K) to warp i % workers (`adds` is true for it alone; the
-// callers count it rather than divide), which adds their sums up and stores the outputs, without
-// stopping the others: a warp leaving tile i writes its sums (acc, then zeroed) to slot i %
-// kMmaGemvSlots of sums and arrives at the slot's "full" barrier (id 1 + slot); the adding warp
-// syncs on it instead, and returns true. Once it has read
-// the slot it calls release_tile_sums, arriving at the slot's "free" barrier (id 1 +
-// kMmaGemvSlots + slot), on which every warp syncs before it writes the slot again, for tile i +
-// kMmaGemvSlots. Every working warp calls this once a tile, in tile order.
+// The hand-over of a block's (or team's) tile i from the `workers` warps that multiply (warps 0
+// to workers - 1, each with a share of the tile's K) to warp i % workers (`adds` is true for it
+// alone; the callers count it rather than divide), which adds their sums up and stores the
+// outputs, without stopping the others: a warp leaving tile i writes its sums (acc, then zeroed)
+// to slot i % kSlots of sums and arrives at the slot's "full" barrier (id bar0 + slot); the
+// adding warp syncs on it instead, and returns true. Once it has read the slot it calls
+// release_tile_sums, arriving at the slot's "free" barrier (id bar0 + kSlots + slot), on which
+// every warp syncs before it writes the slot again, for tile i + kSlots. Every working warp calls
+// this once a tile, in tile order.
+template <int kSlots>
 __device__ __forceinline__ bool leave_tile_sums(float (*sums)[kMmaGemvWarps][32][4],
                                                 float (&acc)[4], int i, int workers, bool adds,
-                                                int warp, int lane) {
-  static_assert((kMmaGemvSlots & (kMmaGemvSlots - 1)) == 0, "slots: a power of two");
-  const int slot = i & (kMmaGemvSlots - 1);
-  if (i >= kMmaGemvSlots) named_sync(1 + kMmaGemvSlots + slot, 32 * workers + 32);
+                                                int warp, int lane, int bar0) {
+  const int slot = i % kSlots;
+  if (i >= kSlots) named_sync(bar0 + kSlots + slot, 32 * workers + 32);
   *reinterpret_cast<float4*>(sums[slot][warp][lane]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
 #pragma unroll
   for (int k = 0; k < 4; ++k) acc[k] = 0.0f;
   if (!adds) {
-    named_arrive(1 + slot, 32 * workers);
+    named_arrive(bar0 + slot, 32 * workers);
     return false;
   }
-  named_sync(1 + slot, 32 * workers);
+  named_sync(bar0 + slot, 32 * workers);
   return true;
 }
 // The adding warp of tile i has read its slot (leave_tile_sums), of a block of `tiles` tiles.
-__device__ __forceinline__ void release_tile_sums(int i, int tiles, int workers) {
-  if (i + kMmaGemvSlots < tiles) {
-    named_arrive(1 + kMmaGemvSlots + (i & (kMmaGemvSlots - 1)), 32 * workers + 32);
-  }
+template <int kSlots>
+__device__ __forceinline__ void release_tile_sums(int i, int tiles, int workers, int bar0) {
+  if (i + kSlots < tiles) named_arrive(bar0 + kSlots + i % kSlots, 32 * workers + 32);
 }
 
 // The activation type, for x of type TX and out of type TO: x's own, or out's when x is the fp32
@@ -205,6 +213,20 @@ __device__ __forceinline__ void load8(const TX* src, bool vectorized, float (&f)
   }
 }
 
+// f rounded to TA and back, as the unfused ops would store it: two values a conversion
+// instruction (pack_pair), where each value took one of its own (a conversion to a 16-bit type
+// runs at a fraction of the FP32 rate). The same rounding (to nearest even).
+template <typename TA>
+__device__ __forceinline__ void round_through(float (&f)[8]) {
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    const uint32_t p = pack_pair<TA>(f[e], f[e + 1]);
+    const TA* h = reinterpret_cast<const TA*>(&p);
+    f[e] = to_float(h[0]);
+    f[e + 1] = to_float(h[1]);
+  }
+}
+
 // The norm's weights [k0, k0 + 8) of run-time
 // type t as floats, the type switched once and loaded 16 bytes at a time (gemv_mma_applies asks
 // for an aligned norm), where the staging had 8 loads each behind its own switch.
@@ -236,7 +258,8 @@ template <typename Reader, typename T16, typename TX, typename TA>
 __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, float* unscale) {
   constexpr int kVec = Reader::kVec;
   using Layout = MmaXs<kVec>;
-  __shared__ float sumsq[kMmaGemvWarps][kMmaGemvMaxRows];
+  constexpr int kThreads = kMmaGemvBlockThreads, kWarps = kThreads / 32;
+  __shared__ float sumsq[kWarps][kMmaGemvMaxRows];
   __shared__ uint32_t largest[kMmaGemvMaxRows];  // each row's largest |value|, as float bits
   const TX* x = static_cast<const TX*>(a.x);
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
@@ -253,7 +276,7 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
   if (norm) {
     for (int n = 0; n < T; ++n) {
       float local = 0.0f;
-      for (int u = threadIdx.x; u < units; u += kMmaGemvThreads) {
+      for (int u = threadIdx.x; u < units; u += kThreads) {
         float f[8];
         load8(x + static_cast<int64_t>(n) * K + 8 * u, true, f);  // x_vectorized (applies)
 #pragma unroll
@@ -280,7 +303,7 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
       if (n != inv_row) {
         float total_sq = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kMmaGemvWarps; ++w) total_sq += sumsq[w][n];
+        for (int w = 0; w < kWarps; ++w) total_sq += sumsq[w][n];
         inv = 1.0f / sqrtf(total_sq / static_cast<float>(K) + a.eps);
         inv_row = n;
       }
@@ -292,11 +315,9 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
     if (fp8_codes) {
       // Whole half-warps hold a group: units is a multiple of 16.
       float amax = 0.0f;
+      round_through<TA>(f);  // x as the unfused ops would store it
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        f[e] = to_float(from_float<TA>(f[e]));  // x as the unfused ops would store it
-        amax = fmaxf(amax, fabsf(f[e]));
-      }
+      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(f[e]));
 #pragma unroll
       for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
       const float inv = fp8_group_inverse(amax);
@@ -312,9 +333,11 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
     }
     float big = 0.0f;
     if (checked) {
+      // x as the unfused ops would store it: the norm's result rounded to TA. Without a norm x
+      // is TA already (the launcher's precondition) and the round trip is left out.
+      if (norm || !std::is_same_v<TX, TA>) round_through<TA>(f);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        f[e] = to_float(from_float<TA>(f[e]));  // x as the unfused ops would store it
         big = fmaxf(big, fabsf(f[e]));
         f[e] *= up;  // exact
       }
@@ -353,7 +376,7 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
   const int total = T * units;
   float big = 0.0f;  // the largest |value| this thread staged of row big_row
   int big_row = 0;
-  for (int base = 0; base < total; base += kMmaGemvThreads) {
+  for (int base = 0; base < total; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
     const bool active = i < total;
     const int n = active && T > 1 ? i / units : 0, u = active ? i - n * units : 0;
@@ -376,7 +399,7 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
       const int shift = row_big >= 0x1p-4f && row_big < 0x1p15f ? 0 : row_shift(row_big);
       if (shift == 0) continue;
       again = true;
-      for (int base = 0; base < units; base += kMmaGemvThreads) {
+      for (int base = 0; base < units; base += kThreads) {
         const int u = base + static_cast<int>(threadIdx.x);
         stage_unit(n, u < units ? u : 0, u < units, pow2(shift));
       }
@@ -471,7 +494,8 @@ __device__ void mma_gemv_store(const GemvArgs& a, const MmaTileRows& t, const fl
   }
 }
 
-// A persistent grid: block b takes tiles b, b + gridDim.x, ... with x staged once. The block's
+// A persistent grid of teams (kMmaGemvTeams a block, x staged once for the block): team b of
+// the grid (block b % gridDim.x) takes tiles b, b + teams, ... The team's
 // tiles' super-steps form one stream, sigma = tile * steps + s (s < steps = K / (4 kVec)), dealt
 // to its `workers` warps (all 8, or one a super-step where K has fewer): warp w takes sigma = w,
 // w + workers, ..., so every warp does the same number of super-steps within one over the whole
@@ -483,13 +507,13 @@ __device__ void mma_gemv_store(const GemvArgs& a, const MmaTileRows& t, const fl
 // read row T - 1: the mma keeps every row and column of its product apart, and those are never
 // stored.
 template <typename Reader, typename TX, typename TO>
-__global__ void __launch_bounds__(kMmaGemvThreads, 2)
+__global__ void __launch_bounds__(kMmaGemvBlockThreads, 1)
     gemv_mma_kernel(const GemvArgs a, int tiles) {
   // 128-byte aligned, so that a staged row of x (a
   // multiple of 64 bytes long) starts on 64 bytes, as the unit addresses below ask.
   extern __shared__ __align__(128) float xs_storage[];
   uint32_t* xs = reinterpret_cast<uint32_t*>(xs_storage);
-  __shared__ __align__(16) float sums[kMmaGemvSlots][kMmaGemvWarps][32][4];
+  __shared__ __align__(16) float team_sums[kMmaGemvTeams][kMmaGemvTeamSlots][kMmaGemvWarps][32][4];
   __shared__ float unscale[kMmaGemvMaxRows];  // 2^-s of each row of x (stage_x_pairs)
   using T16 = MmaType<Reader, TX, TO>;
   constexpr int kVec = Reader::kVec;
@@ -497,12 +521,20 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   using Layout = MmaXs<kVec>;
   using Meta = typename Reader::Meta;
   const Reader reader(a.w);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The team's warp, the team, and the team as a block of kMmaGemvWarps was: team_id of teams,
+  // the blocks' first teams before their second ones (a grid with fewer tiles than teams leaves
+  // second teams idle, not whole blocks: every SM gets tiles).
+  const int warp = (threadIdx.x / 32) % kMmaGemvWarps, lane = threadIdx.x % 32;
+  const int team = static_cast<int>(threadIdx.x) / kMmaGemvThreads;
+  const int team_id = team * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
+  const int teams = static_cast<int>(gridDim.x) * kMmaGemvTeams;
+  float(*sums)[kMmaGemvWarps][32][4] = team_sums[team];
+  const int bar0 = 1 + team * 2 * kMmaGemvTeamSlots;  // the team's named barriers
   const int g = lane / 4, c = lane % 4;
   const int K = static_cast<int>(a.K), T = static_cast<int>(a.T);
   const int steps = K / (4 * kVec);  // super-steps a tile: a chunk for each c (at least one)
   const int workers = steps < kMmaGemvWarps ? steps : kMmaGemvWarps;
-  const int my_tiles = (tiles - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
+  const int my_tiles = (tiles - team_id + teams - 1) / teams;
   const bool working = warp < workers;
   float* xsum = xs_storage + T * Layout::row_pairs(K);
 
@@ -527,9 +559,9 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
   // found afresh; only a block's first tile and the grid's partial last one (rows past N read
   // row 0) are.
   const int tile_height = a.swiglu ? 8 : 16;
-  const int64_t tile_rows = static_cast<int64_t>(tile_height) * gridDim.x;
+  const int64_t tile_rows = static_cast<int64_t>(tile_height) * teams;
   auto set_load_rows = [&](bool first) {
-    const int tile = static_cast<int>(blockIdx.x) + load_tile * gridDim.x;
+    const int tile = team_id + load_tile * teams;
     if (first || static_cast<int64_t>(tile + 1) * tile_height > a.N) {
       const MmaTileRows t(a, tile, g);
 #pragma unroll
@@ -642,16 +674,16 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 2)
       s += workers;
       if (s >= steps) {  // the warp's last super-step of the tile
         s -= steps;
-        if (leave_tile_sums(sums, acc, tile, workers, adder == warp, warp, lane)) {
+        if (leave_tile_sums<kMmaGemvTeamSlots>(sums, acc, tile, workers, adder == warp, warp,
+                                               lane, bar0)) {
           float v[4];
-          mma_gemv_sum(sums[tile & (kMmaGemvSlots - 1)], workers, lane, v);
+          mma_gemv_sum(sums[tile % kMmaGemvTeamSlots], workers, lane, v);
           v[0] *= unscale[n_lo];  // x's rows back from their 2^s
           v[1] *= unscale[n_hi];
           v[2] *= unscale[n_lo];
           v[3] *= unscale[n_hi];
-          release_tile_sums(tile, my_tiles, workers);
-          mma_gemv_store<TO>(
-              a, MmaTileRows(a, static_cast<int>(blockIdx.x) + tile * gridDim.x, g), v, lane);
+          release_tile_sums<kMmaGemvTeamSlots>(tile, my_tiles, workers, bar0);
+          mma_gemv_store<TO>(a, MmaTileRows(a, team_id + tile * teams, g), v, lane);
         }
         ++tile;
         adder = adder + 1 == workers ? 0 : adder + 1;
@@ -706,14 +738,16 @@ Result<int64_t> gemv_mma_static_smem() {
   });
 }
 
-// Blocks of gemv_mma_kernel that fit on the current GPU at once with `smem` bytes of x.
+// Teams of gemv_mma_kernel that fit on the current GPU at once with `smem` bytes of x.
 template <typename Reader, typename TX, typename TO>
 Result<int64_t> gemv_mma_fit(int64_t smem) {
-  return resident_blocks<gemv_mma_kernel<Reader, TX, TO>>(kMmaGemvThreads,
-                                                                static_cast<size_t>(smem));
+  KUIPER_ASSIGN_OR_RETURN(const int64_t blocks,
+                          (resident_blocks<gemv_mma_kernel<Reader, TX, TO>>(
+                              kMmaGemvBlockThreads, static_cast<size_t>(smem))));
+  return blocks * kMmaGemvTeams;
 }
 
-// Rows of x a launch takes: all T where two blocks a multiprocessor still fit (a second block's
+// Rows of x a launch takes: all T where two teams a multiprocessor still fit (a second team's
 // loads in flight are worth more than one launch for all rows), else as many as do, at least
 // one.
 template <typename Reader, typename TX, typename TO>
@@ -747,10 +781,12 @@ Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
     const int64_t smem =
         gemv_mma_smem(b.T, a.K, Reader::kVec, gemv_mma_extra<Reader>(a));
     KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, TX, TO>(smem)));
-    const int64_t per_block = (tiles + fit - 1) / fit;
-    const int64_t blocks = (tiles + per_block - 1) / per_block;
+    // Every block that fits, but no block without a tile: a team takes at most one tile more
+    // than another, as a block did.
+    const int64_t blocks = std::max<int64_t>(1, std::min(fit / kMmaGemvTeams, tiles));
     KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, TX, TO>,
-                                      dim3(static_cast<unsigned>(blocks)), dim3(kMmaGemvThreads),
+                                      dim3(static_cast<unsigned>(blocks)),
+                                      dim3(kMmaGemvBlockThreads),
                                       static_cast<size_t>(smem), "tensor-core gemv kernel launch",
                                       b, static_cast<int>(tiles)));
   }

@@ -269,10 +269,10 @@ __global__ void __launch_bounds__(kMmaGemvThreads, 1)
     slot = slot + 1 == kRing ? 0 : slot + 1;
     sigma += workers;
     if (sigma - tile * stages >= stages) {  // the warp's last stage of the tile
-      if (leave_tile_sums(sums, acc, tile, workers, adder == warp, warp, lane)) {
+      if (leave_tile_sums<kMmaGemvSlots>(sums, acc, tile, workers, adder == warp, warp, lane, 1)) {
         float v[4];
         mma_gemv_sum(sums[tile & (kMmaGemvSlots - 1)], workers, lane, v);
-        release_tile_sums(tile, my_tiles, workers);
+        release_tile_sums<kMmaGemvSlots>(tile, my_tiles, workers, 1);
         if (S == 1) {
           mma_gemv_store<TO>(a, MmaTileRows(a, tile_at(tile), g), v, lane);
         } else {
