@@ -332,8 +332,8 @@ TEST(QuantizedMatmul, CudaGemvTakesBf16RowsOutsideFp16sRange) {
 }
 
 // A row of a small batch (the tensor-core GEMV's T columns) multiplies bit for bit as it does
-// alone, also where the batch takes several launches (K = 16384: 3 rows of x a launch on an
-// H100, so that two blocks fit a multiprocessor; 16 rows: two launches of 8), for every format
+// alone, also where the batch takes several launches (K = 16384: at most 6 rows of x a launch
+// on an H100, what the block's shared memory holds; 16 rows: two launches of 8), for every format
 // the GEMV reads in pairs and both 16-bit types.
 TEST(QuantizedMatmul, CudaRowsOfABatchEqualTheRowAlone) {
   SKIP_WITHOUT_CUDA();

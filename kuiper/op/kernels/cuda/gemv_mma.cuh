@@ -747,16 +747,13 @@ Result<int64_t> gemv_mma_fit(int64_t smem) {
   return blocks * kMmaGemvTeams;
 }
 
-// Rows of x a launch takes: all T where two teams a multiprocessor still fit (a second team's
-// loads in flight are worth more than one launch for all rows), else as many as do, at least
-// one.
-template <typename Reader, typename TX, typename TO>
-Result<int64_t> gemv_mma_rows_per_launch(int64_t T, int64_t K, int extra) {
-  KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
+// Rows of x a launch takes: all T where the block (both teams, one a multiprocessor) still fits
+// in smem_limit bytes of dynamic shared memory, else as many as do, at least one. (The occupancy
+// query cannot say: it counts a block an SM even where none fits.)
+template <typename Reader>
+int64_t gemv_mma_rows_per_launch(int64_t T, int64_t K, int extra, int64_t smem_limit) {
   for (int64_t rows = T; rows > 1; --rows) {
-    const int64_t smem = gemv_mma_smem(rows, K, Reader::kVec, extra);
-    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, TX, TO>(smem)));
-    if (fit >= 2 * static_cast<int64_t>(sms)) return rows;
+    if (gemv_mma_smem(rows, K, Reader::kVec, extra) <= smem_limit) return rows;
   }
   return int64_t{1};
 }
@@ -821,9 +818,8 @@ Result<bool> gemv_mma(const Tensor& x, const op::Weight& w, const op::LinearOpti
             if (!gemv_mma_applies<Reader, TX, TO>(launch, smem_limit)) return Status::Ok();
             KUIPER_RETURN_IF_ERROR((allow_shared_memory<gemv_mma_kernel<Reader, TX, TO>>(
                 static_cast<size_t>(smem_limit))));
-            KUIPER_ASSIGN_OR_RETURN(const int64_t per_launch,
-                                    (gemv_mma_rows_per_launch<Reader, TX, TO>(
-                                        launch.T, a.K, gemv_mma_extra<Reader>(a))));
+            const int64_t per_launch = gemv_mma_rows_per_launch<Reader>(
+                launch.T, a.K, gemv_mma_extra<Reader>(a), smem_limit);
             // Past kMmaGemvMaxRows rows, only where each launch takes that many (a long row of
             // x, down_proj's, leaves room for fewer, and more passes over the weights cost
             // more).
