@@ -75,8 +75,8 @@ namespace kuiper::cuda {
 constexpr int kMmaGemvWarps = 8;
 constexpr int kMmaGemvThreads = 32 * kMmaGemvWarps;
 constexpr int kMmaGemvMaxRows = 8;    // rows of x a launch takes: the mma's 8 columns
-// Rows of x one product takes, in launches of kMmaGemvMaxRows where those fit two blocks an SM
-// (gemv_mma): two passes over the packed weights beat dequantizing them for the GEMM, which
+// Rows of x one product takes, in launches of kMmaGemvMaxRows where those fit the block's shared
+// memory (gemv_mma): two passes over the packed weights beat dequantizing them for the GEMM, which
 // moves 2.5 to 4.5 bytes a weight (H100, Qwen2.5-7B FP8 gate|up: 57 us for 8 rows, 257 us
 // dequantized for 16; q_proj 12 and 25).
 constexpr int kMmaGemvMaxBatch = 16;
@@ -764,8 +764,8 @@ inline int64_t gemv_mma_tiles(const GemvArgs& a) {
 }
 
 // Launches gemv_mma_kernel over x's rows, `per_launch` at a time (each launch reads the weights
-// once), on a persistent grid: as many blocks as fit at once, each taking the same number of
-// tiles (give or take one for the last).
+// once), on a persistent grid: as many blocks as fit at once (one an SM), each team taking the
+// same number of tiles (give or take one for the last).
 template <typename Reader, typename TX, typename TO>
 Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
   const int64_t tiles = gemv_mma_tiles(a);
