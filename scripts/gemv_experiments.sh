@@ -11,8 +11,9 @@
 # (Nsight Compute's warp states of the tree's GEMV launches in two eager decode steps of
 # Qwen2.5-7B int4, $OUT/ncu.txt; gate|up's stall reasons and SASS counters, ncu_stalls.txt and
 # ncu_source.csv) and "trace" (docs/experiments/step-trace.patch on the tree: the launch timeline
-# of one batch-1 Qwen2.5-7B int4 decode step inside its CUDA graph, $OUT/trace.txt, its summary
-# in the table; TRACE_WITH=NAME[+NAME] traces the tree with those patches applied, e.g.
+# of one batch-1 int4 decode step inside its CUDA graph, its summary
+# in the table; TRACE_MODELS lists the configs traced, default qwen2.5-7b (e.g. "qwen2.5-7b
+# qwen3-8b"), each to $OUT/trace_M.txt; TRACE_WITH=NAME[+NAME] traces the tree with those patches applied, e.g.
 # chunked-fold) after the variants; AGAIN=1 times the tree again after them (for
 # drift). TESTS=FILTER also builds kuiper_tests with each variant applied and runs that gtest
 # filter (e.g. 'Matmul*:Linear*:QuantizedMatmul*:TiledWeight*:QuantizedModel*:*QuantizedFixture*:
@@ -119,13 +120,15 @@ if [[ " $STEPS " == *" trace "* ]]; then
   for p in $(patches "${TRACE_WITH:-}"); do git apply "docs/experiments/$p.patch" || echo "$p does not apply"; done
   if git apply docs/experiments/step-trace.patch; then
     if build; then
-      KUIPER_TRACE_FILE="$OUT/trace.csv" "$bench" --config models/qwen2.5-7b.json --dtype bf16 \
-        --quantize int4 --quantize-lm-head int4 --prompt 512 --gen 128 --repeat 1 --cuda-graph \
-        > "$OUT/trace_bench.log" 2>&1
-      python3 scripts/trace_step.py "$OUT/trace.csv" > "$OUT/trace.txt" 2>&1
-      gzip -f "$OUT/trace.csv.blocks"  # every block of every launch: megabytes
-      # The step's tables (the attention's every-block table stays in trace.txt).
-      table+=$'\n\n'"trace (int4, batch 1${TRACE_WITH:+, with $TRACE_WITH}): $(sed -n '/^step:/,/^slot /p' "$OUT/trace.txt" | grep -v '^slot ')"
+      for m in ${TRACE_MODELS:-qwen2.5-7b}; do
+        KUIPER_TRACE_FILE="$OUT/trace_$m.csv" "$bench" --config "models/$m.json" --dtype bf16 \
+          --quantize int4 --quantize-lm-head int4 --prompt 512 --gen 128 --repeat 1 --cuda-graph \
+          > "$OUT/trace_bench_$m.log" 2>&1
+        python3 scripts/trace_step.py "$OUT/trace_$m.csv" > "$OUT/trace_$m.txt" 2>&1
+        gzip -f "$OUT/trace_$m.csv.blocks"  # every block of every launch: megabytes
+        # The step's tables (the attention's every-block table stays in trace_$m.txt).
+        table+=$'\n\n'"trace ($m int4, batch 1${TRACE_WITH:+, with $TRACE_WITH}): $(sed -n '/^step:/,/^slot /p' "$OUT/trace_$m.txt" | grep -v '^slot ')"
+      done
     else
       table+=$'\n\n'"trace: step-trace did not build"
     fi
