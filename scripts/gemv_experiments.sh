@@ -3,7 +3,8 @@
 # call: builds kuiper-bench of this tree, times it, then for each variant applies its patches
 # (NAME or NAME+NAME, from docs/experiments/NAME.patch) in place, rebuilds (only the GEMV objects
 # change), times it and takes them off again. Figures: batch-1 decode of Qwen2.5-7B int4 (lm_head
-# int4) and FP8 and full-batch decode of Qwen3-8B fp16 at 4 and 8 sequences. Short table last.
+# int4) and FP8, of Qwen3-8B int4 (lm_head int4), and full-batch decode of Qwen3-8B fp16 at 4 and
+# 8 sequences. Short table last.
 #
 #   device run tool:  command "export OUT; bash scripts/gemv_experiments.sh two-chains held-x"
 #                     carry [".gpu"]
@@ -48,17 +49,19 @@ batched() {  # full-batch decode tok/s at 4 and 8 sequences
     --input-len 448 --output-len 128 2>&1 | grep '^| flash2' | cut -d'|' -f9 | tr -d ' ' | paste -sd' '
 }
 measure() {  # a row of the table
-  local i4a i4b f8a f8b
+  local i4a i4b f8a f8b q3a q3b
   i4a=$(decode qwen2.5-7b "--quantize int4 --quantize-lm-head int4")
   f8a=$(decode qwen2.5-7b "--quantize fp8")
+  q3a=$(decode qwen3-8b "--quantize int4 --quantize-lm-head int4")
   i4b=$(decode qwen2.5-7b "--quantize int4 --quantize-lm-head int4")
   f8b=$(decode qwen2.5-7b "--quantize fp8")
-  echo "| $1 | $i4a, $i4b | $f8a, $f8b | $(batched) |"
+  q3b=$(decode qwen3-8b "--quantize int4 --quantize-lm-head int4")
+  echo "| $1 | $i4a, $i4b | $f8a, $f8b | $q3a, $q3b | $(batched) |"
 }
 patches() { echo "$1" | tr '+' ' '; }
 
-table="| variant | int4 tok/s | FP8 tok/s | 4 / 8 seqs tok/s |
-|---|---|---|---|"
+table="| variant | int4 tok/s | FP8 tok/s | Qwen3-8B int4 tok/s | 4 / 8 seqs tok/s |
+|---|---|---|---|---|"
 build || exit 1
 stamp built
 table+=$'\n'"$(measure tree)"
@@ -82,7 +85,7 @@ for v in "$@"; do
     table+=$'\n'"$row"
     echo "$row" >> "$OUT/table.md"
   else
-    table+=$'\n'"| $v | (not built) | | |"
+    table+=$'\n'"| $v | (not built) | | | |"
   fi
   for p in $(patches "$v" | tr ' ' '\n' | tac); do  # last applied, first taken off
     git apply -R "docs/experiments/$p.patch" || echo "$p does not come off" >&2
