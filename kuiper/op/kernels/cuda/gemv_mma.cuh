@@ -522,8 +522,8 @@ __global__ void __launch_bounds__(kMmaGemvBlockThreads, 1)
   using Meta = typename Reader::Meta;
   const Reader reader(a.w);
   // The team's warp, the team, and the team as a block of kMmaGemvWarps was: team_id of teams,
-  // the blocks' first teams before their second ones (a grid with fewer tiles than teams leaves
-  // second teams idle, not whole blocks: every SM gets tiles).
+  // the blocks' first teams before their second ones (where the tiles do not fill the teams, a
+  // second team idles, not a whole block).
   const int warp = (threadIdx.x / 32) % kMmaGemvWarps, lane = threadIdx.x % 32;
   const int team = static_cast<int>(threadIdx.x) / kMmaGemvThreads;
   const int team_id = team * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
@@ -764,8 +764,8 @@ inline int64_t gemv_mma_tiles(const GemvArgs& a) {
 }
 
 // Launches gemv_mma_kernel over x's rows, `per_launch` at a time (each launch reads the weights
-// once), on a persistent grid: as many blocks as fit at once (one an SM), each team taking the
-// same number of tiles (give or take one for the last).
+// once), on a persistent grid: at most as many blocks as fit at once (one an SM), each team
+// taking the same number of tiles (give or take one for the last).
 template <typename Reader, typename TX, typename TO>
 Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
   const int64_t tiles = gemv_mma_tiles(a);
@@ -778,9 +778,16 @@ Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
     const int64_t smem =
         gemv_mma_smem(b.T, a.K, Reader::kVec, gemv_mma_extra<Reader>(a));
     KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, TX, TO>(smem)));
-    // Every block that fits, but no block without a tile: a team takes at most one tile more
-    // than another, as a block did.
-    const int64_t blocks = std::max<int64_t>(1, std::min(fit / kMmaGemvTeams, tiles));
+    // As few teams as keep the most tiles a team takes where every team that fits runs
+    // (ceil(tiles / fit)), and no more blocks than hold them: the SMs left over take the next
+    // kernel's blocks at once, which prepare before their PDL wait. The decode attention after
+    // q|k|v needs an SM a block, and no block fits beside one of two teams: on every SM its
+    // blocks waited for q|k|v to end, then prepared (H200, batch 1, Qwen2.5-7B int4, 288 tiles:
+    // 132 blocks -> 72; the attention's start 3.4 -> 1.2 us after q|k|v's end, 498-499 -> 512-516
+    // tok/s).
+    const int64_t most = (tiles + std::max<int64_t>(fit, 1) - 1) / std::max<int64_t>(fit, 1);
+    const int64_t teams = (tiles + most - 1) / most;
+    const int64_t blocks = std::max<int64_t>(1, (teams + kMmaGemvTeams - 1) / kMmaGemvTeams);
     KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, TX, TO>,
                                       dim3(static_cast<unsigned>(blocks)),
                                       dim3(kMmaGemvBlockThreads),
