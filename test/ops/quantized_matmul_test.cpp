@@ -5,10 +5,12 @@
 // FP8 weights, for more) in every fused form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kuiper/base/dtype.h"
+#include "kuiper/op/kernels/cuda/gemv_partition.h"
 #include "kuiper/op/ops.h"
 #include "ops/harness.h"
 #include "support/tensors.h"
@@ -71,6 +73,32 @@ Result<op::Weight> quantized(const Tensor& w, const Format& f) {
 const Format kFormats[] = {{WeightFormat::kFp8, 128, 128}, {WeightFormat::kFp8, 1, 0},
                            {WeightFormat::kInt8, 1, 32},   {WeightFormat::kInt8, 1, 128},
                            {WeightFormat::kInt4, 1, 32},   {WeightFormat::kInt4, 1, 128}};
+
+// The tensor-core GEMV's grid (host arithmetic, no GPU): the fewest teams that keep the most
+// tiles a team takes where every team that fits runs. The critical path is unchanged, and one
+// team fewer would lengthen it.
+TEST(GemvPartition, FewestTeamsKeepTheMostTilesATeamTakes) {
+  using cuda::gemv_mma_teams;
+  EXPECT_EQ(gemv_mma_teams(288, 264), 144);   // Qwen2.5-7B q|k|v, 132 SMs: 72 blocks, not 132
+  EXPECT_EQ(gemv_mma_teams(384, 264), 192);   // Qwen3-8B q|k|v
+  EXPECT_EQ(gemv_mma_teams(2368, 264), 264);  // Qwen2.5-7B gate|up: 9 tiles a team, all teams
+  EXPECT_EQ(gemv_mma_teams(1536, 264), 256);  // Qwen3-8B gate|up: 6 a team
+  EXPECT_EQ(gemv_mma_teams(224, 264), 224);   // fewer tiles than teams: one each
+  EXPECT_EQ(gemv_mma_teams(0, 264), 1);
+  EXPECT_EQ(gemv_mma_teams(5, 0), 1);  // nothing fits: one team takes all
+  for (const int64_t fit : {1, 2, 7, 64, 132, 264, 528}) {
+    for (int64_t tiles = 1; tiles <= 3000; ++tiles) {
+      const int64_t teams = gemv_mma_teams(tiles, fit);
+      const int64_t most = (tiles + fit - 1) / fit;
+      ASSERT_GE(teams, 1) << tiles << " tiles, " << fit << " fit";
+      ASSERT_LE(teams, std::min(tiles, fit)) << tiles << " tiles, " << fit << " fit";
+      ASSERT_EQ((tiles + teams - 1) / teams, most) << tiles << " tiles, " << fit << " fit";
+      if (teams > 1) {
+        ASSERT_GT((tiles + teams - 2) / (teams - 1), most) << tiles << " tiles, " << fit << " fit";
+      }
+    }
+  }
+}
 
 TEST(Quantize, CpuRoundTripStaysWithinTheStatedBound) {
   const int64_t N = 200, K = 256;  // N: a partial 128-row FP8 block

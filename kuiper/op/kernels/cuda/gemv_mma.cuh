@@ -68,6 +68,7 @@
 
 #include "kuiper/op/kernels/cuda/fp8_activations.cuh"
 #include "kuiper/op/kernels/cuda/gemv.cuh"
+#include "kuiper/op/kernels/cuda/gemv_partition.h"
 #include "kuiper/op/kernels/cuda/tensor_core.cuh"
 
 namespace kuiper::cuda {
@@ -778,16 +779,9 @@ Status launch_gemv_mma(GemvArgs a, int64_t per_launch) {
     const int64_t smem =
         gemv_mma_smem(b.T, a.K, Reader::kVec, gemv_mma_extra<Reader>(a));
     KUIPER_ASSIGN_OR_RETURN(const int64_t fit, (gemv_mma_fit<Reader, TX, TO>(smem)));
-    // As few teams as keep the most tiles a team takes where every team that fits runs
-    // (ceil(tiles / fit)), and no more blocks than hold them: the SMs left over take the next
-    // kernel's blocks at once, which prepare before their PDL wait. The decode attention after
-    // q|k|v needs an SM a block, and no block fits beside one of two teams: on every SM its
-    // blocks waited for q|k|v to end, then prepared (H200, batch 1, Qwen2.5-7B int4, 288 tiles:
-    // 132 blocks -> 72; the attention's start 3.4 -> 1.2 us after q|k|v's end, 498-499 -> 512-516
-    // tok/s).
-    const int64_t most = (tiles + std::max<int64_t>(fit, 1) - 1) / std::max<int64_t>(fit, 1);
-    const int64_t teams = (tiles + most - 1) / most;
-    const int64_t blocks = std::max<int64_t>(1, (teams + kMmaGemvTeams - 1) / kMmaGemvTeams);
+    // The fewest teams that keep a team's most tiles (gemv_partition.h), in as few blocks.
+    const int64_t teams = gemv_mma_teams(tiles, fit);
+    const int64_t blocks = (teams + kMmaGemvTeams - 1) / kMmaGemvTeams;
     KUIPER_RETURN_IF_ERROR(launch_pdl(gemv_mma_kernel<Reader, TX, TO>,
                                       dim3(static_cast<unsigned>(blocks)),
                                       dim3(kMmaGemvBlockThreads),
