@@ -674,7 +674,7 @@ TEST(AttentionDecodePartition, TilesTheWorkEvenly) {
   using namespace cuda_attention;
   bool crossed = false, ended_on_boundary = false;
   for (int units : {1, 2, 3, 4, 8, 16}) {
-    for (int len : {1, 2, 3, 63, 64, 65, 127, 1000, 4096, 4097, 32768}) {
+    for (int len : {1, 2, 3, 63, 64, 65, 95, 96, 97, 127, 191, 193, 1000, 4096, 4097, 32768}) {
       for (int grid : {1, 2, 3, 5, 7, 128, 132, 512}) {
         SCOPED_TRACE(std::to_string(units) + " units, len " + std::to_string(len) + ", grid " +
                      std::to_string(grid));

@@ -21,9 +21,15 @@
 
 namespace kuiper::op::cuda_attention {
 
-// Fewest keys a block takes (one tile of the kernel): short contexts use fewer blocks rather
-// than blocks that each load a mostly empty tile.
-constexpr int kDecodeMinBlockKeys = 64;
+// Fewest keys a block takes: short contexts use fewer blocks, each of one to two of the kernel's
+// 64-key tiles, rather than many blocks of one. Fewer blocks start sooner beside the GEMV before
+// them, which leaves only some SMs free, and leave fewer partials to combine; each block's range
+// is longer. Measured on the H200 (kuiper-bench, bf16, int4 weights and lm_head, batch 1, 512 +
+// 128 tokens, graph; two runs each; the twenty-eighth session), 64 / 96 / 128 / 192 keys:
+// Qwen2.5-7B (4 units: 40 / 28 / 20 / 12 blocks) 512.7, 505.7 / 517.1, 517.0 / 505.7, 507.3 /
+// 485.3, 493.0 tok/s; Qwen3-8B (8 units: 80 / 48 / 40 / 24) 443.8, 444.4 / 451.5, 450.6 / 453.6,
+// 455.6 / 437.0, 435.6. Past a few sequences, or at 4096 keys, the grid is full either way.
+constexpr int kDecodeMinBlockKeys = 96;
 
 // Blocks that hold keys: `grid`, or when the work does not fill that many with the minimum
 // each, fewer: rounded down to a multiple of `units` (when there are at least that many), so a
