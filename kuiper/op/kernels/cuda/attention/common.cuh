@@ -93,9 +93,13 @@ struct KeyRows {
     __device__ __forceinline__ void advance(int step) {
       offset += step;
       if (table == nullptr) return;
-      while (offset >= block_size) {
+      if (offset >= block_size) {  // once, where block_size >= step (blocks of 16 rows, step 8)
         offset -= block_size;
         ++slot;
+        while (offset >= block_size) {
+          offset -= block_size;
+          ++slot;
+        }
       }
     }
   };

@@ -48,6 +48,12 @@ struct KvTileRows {
   static_assert(kThreads % kChunks == 0, "a thread keeps one chunk column");
   static constexpr int kStep = kThreads / kChunks;  // rows between a thread's copies
   static constexpr int kPerThread = (kRows + kStep - 1) / kStep;
+  // Every row a thread takes lies in the tile (no bounds check a row), and rows kStep apart
+  // share their swizzle (row % 8): a thread's shared addresses are its first row's plus
+  // constants. Both hold at D = 64 and 128 with 128 threads; the per-row arithmetic they save was
+  // about a fifth of the paged decode's instructions (Nsight Compute, 64 sequences, H200).
+  static constexpr bool kWhole = kRows % kStep == 0;
+  static constexpr bool kSameSwizzle = kStep % 8 == 0;
   const int* table;
   int block_size, last_block;
   int entry[kPerThread];   // the block table's entry of each row (paged), unclamped
@@ -58,31 +64,48 @@ struct KvTileRows {
     table = keys.table;
     block_size = keys.block_size;
     last_block = keys.last_block;
-    KeyRows::Walk rows = keys.walk(key0 + threadIdx.x / kChunks);
+    const int r0 = threadIdx.x / kChunks;
+    if (table == nullptr) {  // contiguous: the position is the row
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const int r = r0 + j * kStep;
+        entry[j] = 0;
+        offset[j] = (kWhole || r < kRows) && key0 + r < key_end ? key0 + r : -1;
+      }
+      return;
+    }
+    KeyRows::Walk rows = keys.walk(key0 + r0);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-      const int r = threadIdx.x / kChunks + j * kStep;
-      const bool valid = r < kRows && key0 + r < key_end;
-      entry[j] = valid && rows.table != nullptr ? rows.table[rows.slot] : 0;
+      const int r = r0 + j * kStep;
+      const bool valid = (kWhole || r < kRows) && key0 + r < key_end;
+      entry[j] = valid ? rows.table[rows.slot] : 0;
       offset[j] = valid ? rows.offset : -1;
-      rows.advance(kStep);
+      if (j + 1 < kPerThread) rows.advance(kStep);
     }
   }
   // Copies the rows into swizzled shared K and V tiles of kv head `kvh` (not committed).
   template <typename T>
   __device__ __forceinline__ void copy(const T* k, const T* v, int kv_heads, int kvh, T* k_tile,
                                        T* v_tile) const {
-    const int ch = threadIdx.x % kChunks;
+    const int ch = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+    // The thread's chunk of cache row 0 of kv head kvh; a cache row is kv_heads * D elements.
+    const char* k0 = reinterpret_cast<const char*>(k + static_cast<size_t>(kvh) * D + ch * 8);
+    const char* v0 = reinterpret_cast<const char*>(v + static_cast<size_t>(kvh) * D + ch * 8);
+    const uint32_t row_bytes = static_cast<uint32_t>(kv_heads) * D * sizeof(T);
+    const uint32_t k_first = swizzled<D>(k_tile, r0, ch), v_first = swizzled<D>(v_tile, r0, ch);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-      const int r = threadIdx.x / kChunks + j * kStep;
-      if (r >= kRows) break;
+      const int r = r0 + j * kStep;
+      if (!kWhole && r >= kRows) break;
       const bool valid = offset[j] >= 0;
       const int row =
           table == nullptr ? offset[j] : min(max(entry[j], 0), last_block) * block_size + offset[j];
-      const size_t at = valid ? (static_cast<size_t>(row) * kv_heads + kvh) * D + ch * 8 : 0;
-      cp_async16(swizzled<D>(k_tile, r, ch), k + at, valid);
-      cp_async16(swizzled<D>(v_tile, r, ch), v + at, valid);
+      // A row past key_end copies nothing (zero-fill) from row 0, which exists.
+      const uint64_t at = static_cast<uint64_t>(static_cast<uint32_t>(valid ? row : 0)) * row_bytes;
+      const uint32_t step_bytes = static_cast<uint32_t>(j * kStep * D * sizeof(T));
+      cp_async16(kSameSwizzle ? k_first + step_bytes : swizzled<D>(k_tile, r, ch), k0 + at, valid);
+      cp_async16(kSameSwizzle ? v_first + step_bytes : swizzled<D>(v_tile, r, ch), v0 + at, valid);
     }
   }
 };
