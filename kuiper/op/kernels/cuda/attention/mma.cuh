@@ -50,8 +50,9 @@ struct KvTileRows {
   static constexpr int kPerThread = (kRows + kStep - 1) / kStep;
   // Every row a thread takes lies in the tile (no bounds check a row), and rows kStep apart
   // share their swizzle (row % 8): a thread's shared addresses are its first row's plus
-  // constants. Both hold at D = 64 and 128 with 128 threads; the per-row arithmetic they save was
-  // about a fifth of the paged decode's instructions (Nsight Compute, 64 sequences, H200).
+  // constants. Both hold at D = 64 and 128 with 128 threads. Nsight Compute had put 48% of the
+  // paged decode's instructions in this copy and its look-up, about 36 a 16-byte row (64
+  // sequences, H200); figures in issue 13's section of docs/PERFORMANCE.md.
   static constexpr bool kWhole = kRows % kStep == 0;
   static constexpr bool kSameSwizzle = kStep % 8 == 0;
   const int* table;
