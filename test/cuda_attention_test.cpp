@@ -306,6 +306,22 @@ Sequences many_sequences(AttentionPhase phase, uint32_t seed) {
   return s;
 }
 
+// A hundred single-query sequences of nearly one length (281 to 300 keys): the flash2 16-bit
+// decode's blocks hold whole units where they fill its grid (decode_unit_run), which random
+// lengths do not allow.
+Sequences even_sequences() {
+  Sequences s(100);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = {1, 280 + static_cast<int>(i * 7 % 20)};
+  return s;
+}
+
+// Which batch a paged case runs.
+enum class Batch { kMixed, kMany, kEven };
+
+const char* batch_name(Batch b) {
+  return b == Batch::kMixed ? "mixed" : b == Batch::kMany ? "many" : "even";
+}
+
 // A paged batch on the host: q rows of every sequence in order, the pool with each sequence's
 // blocks at scrambled places (a random permutation of the pool's blocks), NaN in every pool row
 // that holds no key of a sequence (spare blocks, the tail of a sequence's last block) so that a
@@ -410,7 +426,7 @@ struct PagedCase {
   bool device_position;
   int head_dim;
   int block_size;
-  bool many;     // many_sequences, else mixed_sequences
+  Batch batch;
   int grid = 0;  // AttentionRequest::decode_grid
 };
 
@@ -419,7 +435,7 @@ std::string paged_case_name(const testing::TestParamInfo<PagedCase>& info) {
   return std::string(attention_name(c.kind)) +
          (c.phase == AttentionPhase::kPrefill ? "_prefill_" : "_decode_") + dtype_name(c.dtype) +
          (c.device_position ? "_devpos" : "") + "_d" + std::to_string(c.head_dim) + "_bs" +
-         std::to_string(c.block_size) + (c.many ? "_many" : "_mixed") +
+         std::to_string(c.block_size) + "_" + batch_name(c.batch) +
          (c.grid > 0 ? "_grid" + std::to_string(c.grid) : "");
 }
 
@@ -427,11 +443,13 @@ const PagedProblem& paged_problem_for(const PagedCase& c) {
   static std::map<std::string, std::unique_ptr<PagedProblem>> cache;
   const std::string key = std::string(dtype_name(c.dtype)) + "/" + std::to_string(c.head_dim) +
                           "/" + std::to_string(c.block_size) + "/" + (c.phase == AttentionPhase::kPrefill ? "prefill" : "decode") + "/" +
-                          (c.many ? "many" : "mixed");
+                          batch_name(c.batch);
   auto it = cache.find(key);
   if (it != cache.end()) return *it->second;
   const uint32_t seed = static_cast<uint32_t>(std::hash<std::string>()(key));
-  Sequences seqs = c.many ? many_sequences(c.phase, seed) : mixed_sequences(c.phase);
+  Sequences seqs = c.batch == Batch::kMany  ? many_sequences(c.phase, seed)
+                   : c.batch == Batch::kEven ? even_sequences()
+                                             : mixed_sequences(c.phase);
   auto p = std::make_unique<PagedProblem>(
       make_paged_problem(c.dtype, c.head_dim, c.block_size, std::move(seqs), seed));
   return *(cache[key] = std::move(p));
@@ -470,31 +488,34 @@ std::vector<PagedCase> paged_cases() {
     for (DataType dtype : dtypes) {
       for (int d : {64, 128}) {
         for (int bs : {16, 32}) {
-          cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, d, bs, false});
+          cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, d, bs, Batch::kMixed});
           for (bool dp : {false, true}) {
-            cases.push_back({kind, AttentionPhase::kDecode, dtype, dp, d, bs, false});
+            cases.push_back({kind, AttentionPhase::kDecode, dtype, dp, d, bs, Batch::kMixed});
           }
         }
       }
-      cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, 128, 16, true});
+      cases.push_back({kind, AttentionPhase::kPrefill, dtype, false, 128, 16, Batch::kMany});
       for (bool dp : {false, true}) {
-        cases.push_back({kind, AttentionPhase::kDecode, dtype, dp, 128, 16, true});
+        cases.push_back({kind, AttentionPhase::kDecode, dtype, dp, 128, 16, Batch::kMany});
       }
     }
   }
   // Explicit grids: the flash2 16-bit decode's blocks cut units of several sequences, or are two
   // a unit of the mixed batch (2 * 7 * kKvHeads: thread block clusters on sm_90, a one-key
-  // sequence leaving one block of its clusters no keys); flash1's splits per (sequence, kv head)
-  // (grid / units) of 1 and 3.
+  // sequence leaving one block of its clusters no keys), or hold whole units: the even batch's
+  // 200 units in 1, 3, 7 (the last block holding fewer) or 100 blocks (decode_unit_run), where
+  // the many batch's uneven lengths split the same grids' keys evenly instead; 28 and 130 blocks
+  // do not fit whole units. flash1's splits per (sequence, kv head) (grid / units) of 1 and 3.
   for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
-    for (int grid : {1, 3, 7, 2 * 7 * kKvHeads, 130}) {
-      for (bool many : {false, true}) {
+    for (int grid : {0, 1, 3, 7, 2 * 7 * kKvHeads, 100, 130}) {
+      for (Batch batch : {Batch::kMixed, Batch::kMany, Batch::kEven}) {
+        if (grid == 0 && batch != Batch::kEven) continue;  // above
         cases.push_back({AttentionKind::kFlash2, AttentionPhase::kDecode, dtype, true, 128, 16,
-                         many, grid});
+                         batch, grid});
       }
     }
-    cases.push_back({AttentionKind::kFlash1, AttentionPhase::kDecode, dtype, true, 128, 16, false,
-                     3 * 7 * kKvHeads});
+    cases.push_back({AttentionKind::kFlash1, AttentionPhase::kDecode, dtype, true, 128, 16,
+                     Batch::kMixed, 3 * 7 * kKvHeads});
   }
   return cases;
 }
@@ -525,7 +546,7 @@ TEST_P(CudaAttentionPagedInput, EqualsTheComposition) {
   const int D = c.head_dim;
   const PagedProblem& p =
       paged_problem_for({AttentionKind::kFlash2, AttentionPhase::kDecode, c.dtype, true, D, 16,
-                         c.many});
+                         c.many ? Batch::kMany : Batch::kMixed});
   const int B = static_cast<int>(p.seqs.size()), heads = kKvHeads * 4;
   const uint32_t seed = 91 + static_cast<uint32_t>(c.many) * 7 + static_cast<uint32_t>(c.norms);
   const Tensor qkv = random_host({B, heads + 2 * kKvHeads, D}, c.dtype, -2.0f, 2.0f, seed);
@@ -663,6 +684,44 @@ TEST(AttentionDecodePartition, TwoBlocksAUnitRunAsClustersOfTwo) {
                                    units);
     EXPECT_EQ(decode_cluster_blocks(grid, units), batch >= 6 && batch <= 8 ? 2 : 1) << batch;
   }
+}
+
+// The 16-bit flash2 decode's whole-unit runs (host arithmetic): taken only where a batch has
+// more units than blocks and runs of whole units fill the grid to within the slack; the blocks
+// that hold them are no more than the grid and every one holds at least one unit. The device
+// keeps them only where the longest sequence's run stays within the slack of an even share.
+TEST(AttentionDecodePartition, WholeUnitRunsFillTheGrid) {
+  using namespace cuda_attention;
+  EXPECT_EQ(decode_unit_run(512, 264), 2);    // Qwen3-8B, 64 sequences: 256 blocks of 2
+  EXPECT_EQ(decode_unit_run(2048, 264), 8);   // 256 sequences: 256 blocks of 8
+  EXPECT_EQ(decode_unit_run(300, 264), 0);    // runs of 2 would leave 150 blocks for 264 slots
+  EXPECT_EQ(decode_unit_run(264, 264), 0);    // one unit a block already
+  EXPECT_EQ(decode_unit_run(64, 128), 0);     // blocks split units
+  EXPECT_EQ(decode_unit_run(200, 7), 29);     // 7 blocks, the last of 26
+  EXPECT_EQ(decode_unit_run(200, 28), 0);     // runs of 8: 25 blocks of 28
+  EXPECT_EQ(decode_unit_run(5, 0), 0);
+  bool some = false, none = false;
+  for (int units = 1; units <= 3000; units += 7) {
+    for (int grid : {1, 3, 7, 100, 132, 264, 512}) {
+      const int run = decode_unit_run(units, grid);
+      if (run == 0) {
+        none = true;
+        continue;
+      }
+      some = true;
+      SCOPED_TRACE(std::to_string(units) + " units, grid " + std::to_string(grid));
+      const int blocks = (units + run - 1) / run;
+      EXPECT_GT(units, grid);
+      EXPECT_LE(blocks, grid);
+      EXPECT_LT((blocks - 1) * run, units);  // the last block holds at least one unit
+      EXPECT_LE(100 * run * grid, (100 + kDecodeUnitRunSlack) * units);
+      // Equal lengths keep the runs on the device; one sequence 10% longer does not.
+      EXPECT_TRUE(decode_keeps_unit_run(int64_t{units} * 500, 500, run, blocks));
+      EXPECT_FALSE(decode_keeps_unit_run(int64_t{units} * 500, 550, run, blocks));
+    }
+  }
+  EXPECT_TRUE(some && none);
+  EXPECT_FALSE(decode_keeps_unit_run(int64_t{512} * 500, 500, 0, 256));  // no run asked
 }
 
 // The 16-bit flash2 decode's balanced partition (host arithmetic, no GPU): the blocks tile the

@@ -76,6 +76,32 @@ KUIPER_DECODE_HD int decode_cluster_blocks(int blocks, int units) {
   return blocks == 2 * units ? 2 : 1;
 }
 
+// Whole units a block, where a batch has more (sequence, kv head, head group) units than the
+// grid has blocks: block b then holds units [b * run, (b + 1) * run), writes each straight to
+// out, and no unit goes through partials and the combine. The host takes a run (and the grid of
+// ceil(units / run) blocks) where runs of whole units fill the grid to within
+// kDecodeUnitRunSlack percent (decode_unit_run); the device keeps it only where the lengths
+// allow too (decode_keeps_unit_run), else it splits the same grid's keys evenly as above. Measured
+// on the H200 (32 q / 8 kv heads, d 128, 512 keys a sequence, us alone; Qwen3-8B fp16 full-batch
+// tok/s; the twenty-ninth session), the balanced split against runs: 64 sequences (512 units,
+// 256 blocks of 2 against 264 balanced) 49.1 -> 44.2 us and 8863 -> 8960 tok/s, 256 (2048 units,
+// 256 blocks of 8) 168.8 -> 165.2 us and 16014 -> 16086; below the SMs nothing changes.
+constexpr int kDecodeUnitRunSlack = 5;  // percent
+
+// The units a block of `grid` holds whole (0: none, the balanced split).
+KUIPER_DECODE_HD int decode_unit_run(int units, int grid) {
+  if (grid < 1 || units <= grid) return 0;
+  const int run = (units + grid - 1) / grid;
+  return int64_t{100} * run * grid <= int64_t{100 + kDecodeUnitRunSlack} * units ? run : 0;
+}
+
+// Whether `blocks` blocks of `run` whole units each stay within the slack of the balanced share
+// when the longest sequence has `longest` keys and all of them `work` (flattened) keys: a block
+// holding run units of the longest sequence streams at most that much longer than an even split.
+KUIPER_DECODE_HD bool decode_keeps_unit_run(int64_t work, int64_t longest, int run, int blocks) {
+  return run > 0 && 100 * run * longest * blocks <= (100 + kDecodeUnitRunSlack) * work;
+}
+
 // First flat key of block b (b == blocks gives the end of the work).
 KUIPER_DECODE_HD int64_t decode_block_begin(int64_t work, int blocks, int b) {
   return work * b / blocks;

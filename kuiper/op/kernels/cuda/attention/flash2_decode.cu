@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     flash2_decode_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      float* __restrict__ o_part, float2* __restrict__ ml_part,
                      int* __restrict__ arrivals, T* __restrict__ out, Geometry g,
-                     int head_groups, int cluster, const DecodeInput in) {
+                     int head_groups, int cluster, int unit_run, const DecodeInput in) {
   using Tr = DecodeTcTraits<D>;
   extern __shared__ uint4 shared16[];
   T* ring = reinterpret_cast<T*>(shared16);
@@ -369,19 +369,28 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
 
   // prefix[i] = len_0 + ... + len_{i-1} for i in [0, batch], len_i = starts[i] + 1 (clamped):
   // each thread sums a run of sequences, a block-wide scan of the runs gives their offsets.
+  // Each warp also leaves the longest len_i of its threads' runs in warp_longest.
+  __shared__ int warp_longest[Tr::kWarps];
   auto scan_lengths = [&]() {
     __shared__ int64_t warp_sums[Tr::kWarps];
     const int per = (g.batch + Tr::kThreads - 1) / Tr::kThreads;
     const int lo = min(static_cast<int>(threadIdx.x) * per, g.batch), hi = min(lo + per, g.batch);
     int64_t run = 0;
-    for (int i = lo; i < hi; ++i) run += sequence(g, i).pos0 + 1;
+    int longest = 0;
+    for (int i = lo; i < hi; ++i) {
+      const int len = sequence(g, i).pos0 + 1;
+      run += len;
+      longest = max(longest, len);
+    }
     int64_t inclusive = run;
 #pragma unroll
     for (int off = 1; off < 32; off *= 2) {
       const int64_t y = __shfl_up_sync(0xffffffffu, inclusive, off);
       if (lane >= off) inclusive += y;
     }
+    longest = __reduce_max_sync(0xffffffffu, longest);
     if (lane == 31) warp_sums[warp] = inclusive;
+    if (lane == 0) warp_longest[warp] = longest;
     __syncthreads();
     int64_t offset = inclusive - run;
     for (int w = 0; w < warp; ++w) offset += warp_sums[w];
@@ -400,17 +409,32 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   auto keys_before = [&](int i) -> int64_t {
     return paged ? prefix[i] : static_cast<int64_t>(i) * len0;
   };
+  auto unit_begin = [&](int unit) -> int64_t {  // the unit's first flat key (past the last: work)
+    const int seq_i = unit / seq_units, u = unit % seq_units;
+    if (seq_i >= g.batch) return work;
+    return seq_units * keys_before(seq_i) + u * (keys_before(seq_i + 1) - keys_before(seq_i));
+  };
   auto partition = [&](int contiguous_len) {
     len0 = contiguous_len;
     work = static_cast<int64_t>(seq_units) * keys_before(g.batch);
     if (cluster > 1) {  // unit b / cluster, split evenly over its cluster (decode_cluster_blocks)
       blocks = gridDim.x;
       const int unit = b / cluster, part = b % cluster;
-      const int seq_i = unit / seq_units, u = unit % seq_units;
-      const int64_t len = keys_before(seq_i + 1) - keys_before(seq_i);
-      const int64_t unit0 = seq_units * keys_before(seq_i) + u * len;
+      const int64_t unit0 = unit_begin(unit), len = unit_begin(unit + 1) - unit0;
       block_begin = unit0 + len * part / cluster;
       end = unit0 + len * (part + 1) / cluster;
+      return;
+    }
+    // unit_run whole units a block (decode_unit_run) where the lengths keep them even.
+    int longest = len0;
+    if (paged) {
+#pragma unroll
+      for (int w = 0; w < Tr::kWarps; ++w) longest = max(longest, warp_longest[w]);
+    }
+    if (decode_keeps_unit_run(work, longest, unit_run, gridDim.x)) {
+      blocks = gridDim.x;
+      block_begin = unit_begin(b * unit_run);
+      end = unit_begin((b + 1) * unit_run);
       return;
     }
     blocks = decode_blocks(work, gridDim.x, seq_units * g.batch);
@@ -788,11 +812,13 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     }
 
     // The blocks touching this unit: [first, first + used). A unit this block holds whole (every
-    // unit but its first and last, and all of them once sequences outnumber the blocks) is
-    // written straight to out. Otherwise the block writes a partial: slot (block, 0) for its
-    // first segment, (block, 1) for its last, the only ones another block can share.
+    // unit but its first and last, and all of them where blocks hold whole units) is written
+    // straight to out. Otherwise the block writes a partial: slot (block, 0) for its first
+    // segment, (block, 1) for its last, the only ones another block can share.
     const int first = decode_block_of(work, blocks, cur.unit0);
-    const int used = decode_block_of(work, blocks, cur.unit0 + cur.len - 1) - first + 1;
+    const int used = cur.unit0 >= block_begin && cur.unit0 + cur.len <= end
+                         ? 1
+                         : decode_block_of(work, blocks, cur.unit0 + cur.len - 1) - first + 1;
     const int which = cur.unit0 <= block_begin ? 0 : 1;
     const int head0 = cur.kvh * g.group + cur.h0;
     T* out_rows = out + (static_cast<size_t>(cur.q0) * g.heads + head0) * D;
@@ -984,11 +1010,16 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   }
   grid = decode_blocks(static_cast<int64_t>(g.kv_heads) * head_groups * keys,
                        std::min(grid, kMaxDecodeSplits), units);
+  // Whole units a block where they fill the grid (decode_unit_run; the device may still split
+  // the keys evenly where the lengths are uneven): the grid is then the blocks that hold them.
+  const int unit_run = decode_unit_run(units, grid);
+  if (unit_run > 0) grid = (units + unit_run - 1) / unit_run;
   KUIPER_ASSIGN_OR_RETURN(const bool clusters, cluster_launch());
   const int cluster = clusters ? decode_cluster_blocks(grid, units) : 1;
   KUIPER_LOG_TUNING("attention " + describe(r) + ": " + std::to_string(grid) + " blocks over " +
                     std::to_string(units) + " (sequence, kv head, head group) units" +
-                    (cluster > 1 ? " in clusters of " + std::to_string(cluster) : "") + ", " +
+                    (cluster > 1 ? " in clusters of " + std::to_string(cluster) : "") +
+                    (unit_run > 0 ? ", " + std::to_string(unit_run) + " whole a block" : "") + ", " +
                     std::to_string(g.key_capacity) + " keys a sequence at most");
   // Two partial slots a block (its first and last segment) of kHeads rows each.
   const size_t slots = static_cast<size_t>(grid) * 2 * Tr::kHeads;
@@ -1000,7 +1031,7 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
                                   r.pdl, cluster, "flash2_decode_tc", a.q.data<T>(),
                                   a.k_cache.data<T>(), a.v_cache.data<T>(), o_part,
                                   reinterpret_cast<float2*>(ml), arrivals, a.out.data<T>(), g,
-                                  head_groups, cluster, in);
+                                  head_groups, cluster, unit_run, in);
 }
 
 }  // namespace
