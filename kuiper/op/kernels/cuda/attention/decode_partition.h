@@ -83,9 +83,12 @@ KUIPER_DECODE_HD int decode_cluster_blocks(int blocks, int units) {
 // kDecodeUnitRunSlack percent (decode_unit_run); the device keeps it only where the lengths
 // allow too (decode_keeps_unit_run), else it splits the same grid's keys evenly as above. Measured
 // on the H200 (32 q / 8 kv heads, d 128, 512 keys a sequence, us alone; Qwen3-8B fp16 full-batch
-// tok/s; the twenty-ninth session), the balanced split against runs: 64 sequences (512 units,
-// 256 blocks of 2 against 264 balanced) 49.1 -> 44.2 us and 8863 -> 8960 tok/s, 256 (2048 units,
-// 256 blocks of 8) 168.8 -> 165.2 us and 16014 -> 16086; below the SMs nothing changes.
+// decode tok/s; twenty-ninth session, two calls), the balanced split against this: 64 sequences
+// (512 units on 256 blocks of 2, against 264 balanced) 48.9, 49.4 -> 38.7, 38.7 us and 9018,
+// 8730 -> 9407, 9247 tok/s; 256 (2048 units, 256 blocks of 8) 167.4, 168.5 -> 140.7, 142.8 us and
+// 16767, 15774 -> 17850, 16708. (As an environment switch first, the rule alone gave 49.1 -> 44.2
+// us at 64; the rest came with this form of the kernel, whose one sequence of 32768 keys, which
+// never runs whole units, also went 46.6, 46.4 -> 39.7, 39.6 us: docs/PERFORMANCE.md.)
 constexpr int kDecodeUnitRunSlack = 5;  // percent
 
 // The units a block of `grid` holds whole (0: none, the balanced split).

@@ -2,8 +2,10 @@
 // the context is split over the KV length. fp16 and bf16 (flash2_decode_tc): a fixed grid (the
 // largest multiple of the (sequence, kv head, group of up to 16 query heads) count that fits the
 // SMs, or the SM count) over which the flattened (unit, key) work of the whole batch is spread
-// evenly on the device from the positions (decode_partition.h); a block writes the units it holds
-// whole straight to out, and a partial for a unit it shares with the next or previous block.
+// evenly on the device from the positions (decode_partition.h), or, where a batch of nearly equal
+// lengths has more units than blocks, as runs of whole units (decode_unit_run); a block writes
+// the units it holds whole straight to out, and a partial for a unit it shares with the next or
+// previous block.
 // K/V stream through a cp.async ring, both products run on tensor cores, and the last block
 // touching a unit to finish combines its partials (no second launch); where the blocks are two a
 // unit (decode_cluster_blocks, sm_90), each pair is a thread block cluster and its first block
@@ -948,7 +950,7 @@ constexpr int kMaxDecodeBatch = 4096;
 // the host (key_capacity per sequence), so a captured launch replays at any position. Many
 // sequences need no splitting at all: with B * kv heads units past the SM count a block holds
 // whole units, written straight to out, and only the units cut by a block boundary (two a block
-// at most) go through partials and the fused combine. Two blocks an SM (the merge area sized by
+// at most, none where the grid is runs of whole units) go through partials and the fused combine. Two blocks an SM (the merge area sized by
 // the GQA group leaves room for them) pay where blocks hold whole units and lose where they
 // split one: measured on the H100 (`kuiper-bench --attention-only --dtype fp16 --decode-batch B
 // --kv-len 576`, 32 q / 8 kv heads, d 128, us, one an SM -> two): B = 64 70.1 -> 63.5, B = 256
