@@ -1,0 +1,214 @@
+// Whether warpgroup MMA (wgmma, sm_90a) keeps a GEMM of 64 rows of x streaming its weights at
+// the rate a bare cp.async ring reaches (scripts/ring_probe.cu): the ring of
+// docs/experiments/gemm-rows.patch (stream-K over units of 128 weight rows x 64 columns, one block
+// an SM, a ring of 6 or 8 units of 24 KB, 128-byte swizzled rows) with the arithmetic on wgmma
+// m64n64k16 (each of the block's two warpgroups 64 weight rows x the 64 rows of x, both operands
+// read from the ring by descriptors) instead of mma.sync. Cut tiles are added into out by fp32
+// atomics (a probe: the order of the sum is free). Checks out against cuBLAS, then times both on
+// Qwen3-8B's q|k|v, o, gate|up and down with the weights cold. A measurement tool, not part of
+// the build (docs/PERFORMANCE.md, issue 13's section, the GEMM of tens of rows):
+//
+//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a scripts/wgmma_probe.cu -lcublas -o /tmp/wgmma_probe && /tmp/wgmma_probe
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#define CK(x)                                                                  \
+  do {                                                                         \
+    cudaError_t e = (x);                                                       \
+    if (e != cudaSuccess) {                                                    \
+      printf("%s at line %d\n", cudaGetErrorString(e), __LINE__);              \
+      return 1;                                                                \
+    }                                                                          \
+  } while (0)
+
+constexpr int kT = 64;           // rows of x
+constexpr int kBN = 128;         // weight rows a tile (two warpgroups of 64)
+constexpr int kBK = 64;          // columns a unit: 128-byte rows, the swizzle's width
+constexpr int kWBytes = kBN * kBK * 2;
+constexpr int kXBytes = kT * kBK * 2;
+constexpr int kStageBytes = kWBytes + kXBytes;  // 24 KB: 6 or 8 units a ring
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+// A K-major operand of 128-byte rows, 128-byte swizzle (chunk c of row r at c ^ (r % 8)), rows
+// packed (8-row groups 1024 bytes apart).
+__device__ __forceinline__ uint64_t descriptor(uint32_t addr) {
+  uint64_t d = (addr & 0x3FFFF) >> 4;
+  d |= uint64_t{1} << 16;              // leading byte offset: unused for swizzled K-major
+  d |= uint64_t{1024 >> 4} << 32;      // stride byte offset: the next 8 rows
+  d |= uint64_t{1} << 62;              // 128-byte swizzle
+  return d;
+}
+__device__ __forceinline__ void wgmma_64x64x16(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+template <int kStages>
+__global__ void __launch_bounds__(256, 1)
+    wgmma_gemm(const half* __restrict__ w, const half* __restrict__ x, float* out, int N, int K) {
+  extern __shared__ uint8_t raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int ks = K / kBK, tiles = N / kBN;
+  const int64_t units = int64_t{tiles} * ks;
+  const int64_t begin = blockIdx.x * units / gridDim.x, end = (blockIdx.x + 1) * units / gridDim.x;
+  const int n = static_cast<int>(end - begin);
+  int load_tile = static_cast<int>(begin / ks), load_k = static_cast<int>(begin % ks);
+  auto load = [&](int i) {
+    uint8_t* st = smem + (i % kStages) * kStageBytes;
+#pragma unroll
+    for (int q = 0; q < kWBytes / 16 / 256; ++q) {
+      const int j = tid + 256 * q, r = j / 8, ch = j % 8;
+      cp16(smem_u32(st + r * 128 + ((ch ^ (r & 7)) * 16)),
+           w + int64_t(load_tile * kBN + r) * K + load_k * kBK + ch * 8);
+    }
+#pragma unroll
+    for (int q = 0; q < kXBytes / 16 / 256; ++q) {
+      const int j = tid + 256 * q, r = j / 8, ch = j % 8;
+      cp16(smem_u32(st + kWBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
+           x + int64_t(r) * K + load_k * kBK + ch * 8);
+    }
+    if (++load_k == ks) { load_k = 0; ++load_tile; }
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n) load(i);
+    asm volatile("cp.async.commit_group;\n");
+  }
+  float acc[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
+  int tile = static_cast<int>(begin / ks), k = static_cast<int>(begin % ks);
+  for (int i = 0; i < n; ++i) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (i + kStages - 1 < n) load(i + kStages - 1);
+    asm volatile("cp.async.commit_group;\n");
+    const uint32_t st = smem_u32(smem + (i % kStages) * kStageBytes);
+    const uint32_t a0 = st + wg * 64 * 128, b0 = st + kWBytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      wgmma_64x64x16(acc, descriptor(a0 + kk * 32), descriptor(b0 + kk * 32));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    const bool tile_ends = k == ks - 1;
+    if (++k == ks) k = 0;
+    if (tile_ends || i == n - 1) {
+      // acc[4j + e]: weight row 16 warp + g (+ 8 for e >= 2) of the warpgroup's 64, x row 8 j + 2 c
+      // (+ 1 for odd e).
+      const int row = tile * kBN + wg * 64 + warp * 16 + g;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int t = 8 * j + 2 * c;
+        atomicAdd(out + int64_t(t) * N + row, acc[4 * j]);
+        atomicAdd(out + int64_t(t + 1) * N + row, acc[4 * j + 1]);
+        atomicAdd(out + int64_t(t) * N + row + 8, acc[4 * j + 2]);
+        atomicAdd(out + int64_t(t + 1) * N + row + 8, acc[4 * j + 3]);
+      }
+#pragma unroll
+      for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
+      ++tile;
+    }
+  }
+}
+
+__global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 13; h *= 0x5bd1e995; h ^= h >> 15;
+    p[i] = __float2half(scale * ((h & 0xFFFF) / 32768.0f - 1.0f));
+  }
+}
+
+int main() {
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const size_t smem6 = size_t{6} * kStageBytes + 1024, smem8 = size_t{8} * kStageBytes + 1024;
+  CK(cudaFuncSetAttribute(wgmma_gemm<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem6)));
+  CK(cudaFuncSetAttribute(wgmma_gemm<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem8)));
+  cublasHandle_t h;
+  cublasCreate(&h);
+  struct Shape { const char* name; int N, K; } shapes[] = {
+      {"q|k|v", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 24576, 4096}, {"down", 4096, 12288}};
+  printf("| weight (N x K), 64 rows | max rel err vs cuBLAS | cuBLAS us (GB/s) | wgmma, 6 units (96 KB in flight) | 8 units (112 KB) |\n|---|---|---|---|---|\n");
+  for (const Shape& s : shapes) {
+    const int64_t wn = int64_t{s.N} * s.K;
+    const int copies = int(std::ceil(512e6 / (wn * 2.0)));
+    half *w, *x, *o16;
+    float *out, *ref;
+    CK(cudaMalloc(&w, wn * 2 * copies));
+    CK(cudaMalloc(&x, int64_t{kT} * s.K * 2));
+    CK(cudaMalloc(&o16, int64_t{kT} * s.N * 2));
+    CK(cudaMalloc(&out, int64_t{kT} * s.N * 4));
+    CK(cudaMalloc(&ref, int64_t{kT} * s.N * 4));
+    fill<<<1024, 256>>>(w, wn * copies, 1, 1.0f / std::sqrt(float(s.K)));
+    fill<<<256, 256>>>(x, int64_t{kT} * s.K, 7, 1.0f);
+    const float one = 1.0f, zero = 0.0f;
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.N, kT, s.K, &one, w, CUDA_R_16F, s.K, x, CUDA_R_16F,
+                 s.K, &zero, ref, CUDA_R_32F, s.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    CK(cudaMemset(out, 0, int64_t{kT} * s.N * 4));
+    const int grid = sms;
+    wgmma_gemm<8><<<grid, 256, smem8>>>(w, x, out, s.N, s.K);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<float> a(size_t(kT) * s.N), b(a.size());
+    CK(cudaMemcpy(a.data(), out, a.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), ref, b.size() * 4, cudaMemcpyDeviceToHost));
+    double err = 0, mag = 0;
+    for (size_t i = 0; i < a.size(); ++i) { err = std::fmax(err, std::fabs(a[i] - b[i])); mag = std::fmax(mag, std::fabs(b[i])); }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    const int reps = 60;
+    float ms[3] = {0, 0, 0};
+    auto launch = [&](int pass, int r) {
+      const half* wc = w + (r % copies) * wn;
+      if (pass == 0) {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.N, kT, s.K, &one, wc, CUDA_R_16F, s.K, x,
+                     CUDA_R_16F, s.K, &zero, o16, CUDA_R_16F, s.N, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+      } else if (pass == 1) {
+        wgmma_gemm<6><<<grid, 256, smem6>>>(wc, x, out, s.N, s.K);
+      } else {
+        wgmma_gemm<8><<<grid, 256, smem8>>>(wc, x, out, s.N, s.K);
+      }
+    };
+    for (int pass = 0; pass < 3; ++pass) {
+      for (int r = 0; r < 10; ++r) launch(pass, r);  // warm: cuBLAS loads its kernels lazily
+      CK(cudaDeviceSynchronize());
+      cudaEventRecord(e0);
+      for (int r = 0; r < reps; ++r) launch(pass, r);
+      cudaEventRecord(e1);
+      CK(cudaEventSynchronize(e1));
+      cudaEventElapsedTime(&ms[pass], e0, e1);
+    }
+    CK(cudaGetLastError());
+    const double bytes = wn * 2.0;
+    printf("| %s (%d x %d) | %.2e |", s.name, s.N, s.K, err / mag);
+    for (int pass = 0; pass < 3; ++pass) {
+      const double us = ms[pass] * 1e3 / reps;
+      printf(" %.1f (%.0f) |", us, bytes / us / 1e3);
+    }
+    printf("\n");
+    cudaFree(w); cudaFree(x); cudaFree(o16); cudaFree(out); cudaFree(ref);
+  }
+  return 0;
+}
