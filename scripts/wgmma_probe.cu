@@ -1,7 +1,7 @@
 // Whether warpgroup MMA (wgmma, sm_90a) keeps a GEMM of 64 rows of x streaming its weights at
 // the rate a bare cp.async ring reaches (scripts/ring_probe.cu): the ring of
 // docs/experiments/gemm-rows.patch (stream-K over units of 128 weight rows x 64 columns, one block
-// an SM, a ring of 6 or 8 units of 24 KB, 128-byte swizzled rows) with the arithmetic on wgmma
+// an SM, 128-byte swizzled rows; units of 64 or 128 columns, with or without overlap) with the arithmetic on wgmma
 // m64n64k16 (each of the block's two warpgroups 64 weight rows x the 64 rows of x, both operands
 // read from the ring by descriptors) instead of mma.sync. Cut tiles are added into out by fp32
 // atomics (a probe: the order of the sum is free). Checks out against cuBLAS, then times both on
@@ -29,10 +29,9 @@
 
 constexpr int kT = 64;           // rows of x
 constexpr int kBN = 128;         // weight rows a tile (two warpgroups of 64)
-constexpr int kBK = 64;          // columns a unit: 128-byte rows, the swizzle's width
-constexpr int kWBytes = kBN * kBK * 2;
-constexpr int kXBytes = kT * kBK * 2;
-constexpr int kStageBytes = kWBytes + kXBytes;  // 24 KB: 6 or 8 units a ring
+constexpr int kWBytes = kBN * 64 * 2;  // a 64-column half: 128-byte rows, the swizzle's width
+constexpr int kXBytes = kT * 64 * 2;
+constexpr int kStageBytes = kWBytes + kXBytes;  // of a 64-column unit: 24 KB
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -57,36 +56,44 @@ __device__ __forceinline__ void wgmma_64x64x16(float (&d)[32], uint64_t da, uint
       : "l"(da), "l"(db), "r"(1));
 }
 
-template <int kStages>
+// kHalves: a unit is kHalves x 64 columns (16 or 32 KB of weights), each 64-column half its own
+// swizzled region. kOverlap: a unit's wgmma group stays in flight while the next unit's is
+// issued (wait for all but the newest), and the ring loads kStages - 2 units ahead, so that the
+// slot it fills was read two units ago; otherwise each unit waits for its group and the ring
+// loads kStages - 1 ahead.
+template <int kStages, int kHalves, bool kOverlap>
 __global__ void __launch_bounds__(256, 1)
     wgmma_gemm(const half* __restrict__ w, const half* __restrict__ x, float* out, int N, int K) {
+  constexpr int kUnitCols = 64 * kHalves, kStage = kHalves * kStageBytes;
+  constexpr int kAhead = kOverlap ? kStages - 2 : kStages - 1;
   extern __shared__ uint8_t raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
-  const int ks = K / kBK, tiles = N / kBN;
+  const int ks = K / kUnitCols, tiles = N / kBN;
   const int64_t units = int64_t{tiles} * ks;
   const int64_t begin = blockIdx.x * units / gridDim.x, end = (blockIdx.x + 1) * units / gridDim.x;
   const int n = static_cast<int>(end - begin);
   int load_tile = static_cast<int>(begin / ks), load_k = static_cast<int>(begin % ks);
+  // A stage: the weights' halves (16 KB each), then x's (8 KB each).
   auto load = [&](int i) {
-    uint8_t* st = smem + (i % kStages) * kStageBytes;
+    uint8_t* st = smem + (i % kStages) * kStage;
 #pragma unroll
-    for (int q = 0; q < kWBytes / 16 / 256; ++q) {
-      const int j = tid + 256 * q, r = j / 8, ch = j % 8;
-      cp16(smem_u32(st + r * 128 + ((ch ^ (r & 7)) * 16)),
-           w + int64_t(load_tile * kBN + r) * K + load_k * kBK + ch * 8);
+    for (int q = 0; q < kHalves * kWBytes / 16 / 256; ++q) {
+      const int j = tid + 256 * q, h = j / 1024, r = (j % 1024) / 8, ch = j % 8;
+      cp16(smem_u32(st + h * kWBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
+           w + int64_t(load_tile * kBN + r) * K + load_k * kUnitCols + h * 64 + ch * 8);
     }
 #pragma unroll
-    for (int q = 0; q < kXBytes / 16 / 256; ++q) {
-      const int j = tid + 256 * q, r = j / 8, ch = j % 8;
-      cp16(smem_u32(st + kWBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
-           x + int64_t(r) * K + load_k * kBK + ch * 8);
+    for (int q = 0; q < kHalves * kXBytes / 16 / 256; ++q) {
+      const int j = tid + 256 * q, h = j / 512, r = (j % 512) / 8, ch = j % 8;
+      cp16(smem_u32(st + kHalves * kWBytes + h * kXBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
+           x + int64_t(r) * K + load_k * kUnitCols + h * 64 + ch * 8);
     }
     if (++load_k == ks) { load_k = 0; ++load_tile; }
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kAhead; ++i) {
     if (i < n) load(i);
     asm volatile("cp.async.commit_group;\n");
   }
@@ -95,22 +102,29 @@ __global__ void __launch_bounds__(256, 1)
   for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
   int tile = static_cast<int>(begin / ks), k = static_cast<int>(begin % ks);
   for (int i = 0; i < n; ++i) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    if (i + kStages - 1 < n) load(i + kStages - 1);
+    __syncthreads();  // unit i is in; the slot loaded next was last read by finished wgmma groups
+    if (i + kAhead < n) load(i + kAhead);
     asm volatile("cp.async.commit_group;\n");
-    const uint32_t st = smem_u32(smem + (i % kStages) * kStageBytes);
-    const uint32_t a0 = st + wg * 64 * 128, b0 = st + kWBytes;
+    const uint32_t st = smem_u32(smem + (i % kStages) * kStage);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      wgmma_64x64x16(acc, descriptor(a0 + kk * 32), descriptor(b0 + kk * 32));
+    for (int h = 0; h < kHalves; ++h) {
+      const uint32_t a0 = st + h * kWBytes + wg * 64 * 128, b0 = st + kHalves * kWBytes + h * kXBytes;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_64x64x16(acc, descriptor(a0 + kk * 32), descriptor(b0 + kk * 32));
+      }
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     const bool tile_ends = k == ks - 1;
     if (++k == ks) k = 0;
+    if (kOverlap && !(tile_ends || i == n - 1)) {
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      continue;
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     if (tile_ends || i == n - 1) {
       // acc[4j + e]: weight row 16 warp + g (+ 8 for e >= 2) of the warpgroup's 64, x row 8 j + 2 c
       // (+ 1 for odd e).
@@ -141,14 +155,26 @@ __global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
 int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const size_t smem6 = size_t{6} * kStageBytes + 1024, smem8 = size_t{8} * kStageBytes + 1024;
-  CK(cudaFuncSetAttribute(wgmma_gemm<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem6)));
-  CK(cudaFuncSetAttribute(wgmma_gemm<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem8)));
+  // The variants: ring units, unit width (halves of 64 columns), overlap.
+  struct Variant { void (*kernel)(const half*, const half*, float*, int, int); size_t smem; const char* name; };
+  const Variant variants[] = {
+      {wgmma_gemm<6, 1, false>, 6 * kStageBytes + 1024, "6 x 16 KB"},
+      {wgmma_gemm<8, 1, true>, 8 * kStageBytes + 1024, "8 x 16 KB, overlap"},
+      {wgmma_gemm<4, 2, false>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB"},
+      {wgmma_gemm<4, 2, true>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB, overlap"}};
+  constexpr int kVariants = sizeof(variants) / sizeof(variants[0]);
+  for (const Variant& v : variants) {
+    CK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
+  }
   cublasHandle_t h;
   cublasCreate(&h);
   struct Shape { const char* name; int N, K; } shapes[] = {
       {"q|k|v", 6144, 4096}, {"o", 4096, 4096}, {"gate|up", 24576, 4096}, {"down", 4096, 12288}};
-  printf("| weight (N x K), 64 rows | max rel err vs cuBLAS | cuBLAS us (GB/s) | wgmma, 6 units (96 KB in flight) | 8 units (112 KB) |\n|---|---|---|---|---|\n");
+  printf("| weight (N x K), 64 rows | max rel err vs cuBLAS (worst variant) | cuBLAS us (GB/s) |");
+  for (const Variant& v : variants) printf(" wgmma, ring of %s |", v.name);
+  printf("\n|---|---|---|");
+  for (int i = 0; i < kVariants; ++i) printf("---|");
+  printf("\n");
   for (const Shape& s : shapes) {
     const int64_t wn = int64_t{s.N} * s.K;
     const int copies = int(std::ceil(512e6 / (wn * 2.0)));
@@ -164,34 +190,38 @@ int main() {
     const float one = 1.0f, zero = 0.0f;
     cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.N, kT, s.K, &one, w, CUDA_R_16F, s.K, x, CUDA_R_16F,
                  s.K, &zero, ref, CUDA_R_32F, s.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    CK(cudaMemset(out, 0, int64_t{kT} * s.N * 4));
     const int grid = sms;
-    wgmma_gemm<8><<<grid, 256, smem8>>>(w, x, out, s.N, s.K);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
     std::vector<float> a(size_t(kT) * s.N), b(a.size());
-    CK(cudaMemcpy(a.data(), out, a.size() * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(b.data(), ref, b.size() * 4, cudaMemcpyDeviceToHost));
     double err = 0, mag = 0;
-    for (size_t i = 0; i < a.size(); ++i) { err = std::fmax(err, std::fabs(a[i] - b[i])); mag = std::fmax(mag, std::fabs(b[i])); }
+    for (const Variant& v : variants) {
+      CK(cudaMemset(out, 0, int64_t{kT} * s.N * 4));
+      v.kernel<<<grid, 256, v.smem>>>(w, x, out, s.N, s.K);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(a.data(), out, a.size() * 4, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < a.size(); ++i) {
+        err = std::fmax(err, std::fabs(a[i] - b[i]));
+        mag = std::fmax(mag, std::fabs(b[i]));
+      }
+    }
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     const int reps = 60;
-    float ms[3] = {0, 0, 0};
+    float ms[1 + kVariants] = {};
     auto launch = [&](int pass, int r) {
       const half* wc = w + (r % copies) * wn;
       if (pass == 0) {
         cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.N, kT, s.K, &one, wc, CUDA_R_16F, s.K, x,
                      CUDA_R_16F, s.K, &zero, o16, CUDA_R_16F, s.N, CUBLAS_COMPUTE_32F,
                      CUBLAS_GEMM_DEFAULT);
-      } else if (pass == 1) {
-        wgmma_gemm<6><<<grid, 256, smem6>>>(wc, x, out, s.N, s.K);
       } else {
-        wgmma_gemm<8><<<grid, 256, smem8>>>(wc, x, out, s.N, s.K);
+        const Variant& v = variants[pass - 1];
+        v.kernel<<<grid, 256, v.smem>>>(wc, x, out, s.N, s.K);
       }
     };
-    for (int pass = 0; pass < 3; ++pass) {
+    for (int pass = 0; pass <= kVariants; ++pass) {
       for (int r = 0; r < 10; ++r) launch(pass, r);  // warm: cuBLAS loads its kernels lazily
       CK(cudaDeviceSynchronize());
       cudaEventRecord(e0);
@@ -203,7 +233,7 @@ int main() {
     CK(cudaGetLastError());
     const double bytes = wn * 2.0;
     printf("| %s (%d x %d) | %.2e |", s.name, s.N, s.K, err / mag);
-    for (int pass = 0; pass < 3; ++pass) {
+    for (int pass = 0; pass <= kVariants; ++pass) {
       const double us = ms[pass] * 1e3 / reps;
       printf(" %.1f (%.0f) |", us, bytes / us / 1e3);
     }
