@@ -1,12 +1,14 @@
 // Whether warpgroup MMA (wgmma, sm_90a) keeps a GEMM of 64 rows of x streaming its weights at
-// the rate a bare cp.async ring reaches (scripts/ring_probe.cu): the ring of
-// docs/experiments/gemm-rows.patch (stream-K over units of 128 weight rows x 64 columns, one block
-// an SM, 128-byte swizzled rows; units of 64 or 128 columns, with or without overlap) with the arithmetic on wgmma
-// m64n64k16 (each of the block's two warpgroups 64 weight rows x the 64 rows of x, both operands
-// read from the ring by descriptors) instead of mma.sync. Cut tiles are added into out by fp32
-// atomics (a probe: the order of the sum is free). Checks out against cuBLAS, then times both on
-// Qwen3-8B's q|k|v, o, gate|up and down with the weights cold. A measurement tool, not part of
-// the build (docs/PERFORMANCE.md, issue 13's section, the GEMM of tens of rows):
+// the rate a bare cp.async ring reaches (scripts/ring_probe.cu). It takes the ring of
+// docs/experiments/gemm-rows.patch (stream-K over units of 128 weight rows, one block an SM,
+// 128-byte swizzled rows) and does the arithmetic on wgmma m64n64k16 instead of mma.sync: each of
+// the block's two warpgroups takes 64 weight rows x the 64 rows of x, both operands read from the
+// ring by descriptors. Variants: units of 64 or 128 columns, wgmma groups waited for each unit or
+// kept one in flight, and weights and x in rings of their own. Cut tiles are added into out by
+// fp32 atomics (a probe: the order of the sum is free). It checks every variant against cuBLAS,
+// then times them beside cuBLAS on Qwen3-8B's q|k|v, o, gate|up and down with the weights cold. A
+// measurement tool, not part of the build (docs/PERFORMANCE.md, issue 13's section, the GEMM of
+// tens of rows):
 //
 //   nvcc -O3 -gencode arch=compute_90a,code=sm_90a scripts/wgmma_probe.cu -lcublas -o /tmp/wgmma_probe && /tmp/wgmma_probe
 #include <cublas_v2.h>
@@ -144,6 +146,97 @@ __global__ void __launch_bounds__(256, 1)
   }
 }
 
+// Weights and x in rings of their own, 128-column units: warpgroup 0 copies the weights (kWStages
+// units of 32 KB, kWStages - 1 ahead), warpgroup 1 x's tiles (kXStages of 16 KB, kXStages - 1
+// ahead: x comes from L2), each waiting for its own copies; both then compute. Each unit waits for
+// its wgmma group.
+template <int kWStages, int kXStages>
+__global__ void __launch_bounds__(256, 1)
+    wgmma_split(const half* __restrict__ w, const half* __restrict__ x, float* out, int N, int K) {
+  constexpr int kUnitCols = 128, kW = 2 * kWBytes, kX = 2 * kXBytes;
+  extern __shared__ uint8_t raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* xs = smem + kWStages * kW;
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4, t128 = tid % 128;
+  const int ks = K / kUnitCols, tiles = N / kBN;
+  const int64_t units = int64_t{tiles} * ks;
+  const int64_t begin = blockIdx.x * units / gridDim.x, end = (blockIdx.x + 1) * units / gridDim.x;
+  const int n = static_cast<int>(end - begin);
+  int load_tile = static_cast<int>(begin / ks), load_k = static_cast<int>(begin % ks);
+  auto advance = [&]() {
+    if (++load_k == ks) { load_k = 0; ++load_tile; }
+  };
+  auto load_w = [&]() {  // the next unit's weights (warpgroup 0)
+    uint8_t* st = smem + ((load_tile * ks + load_k - begin) % kWStages) * kW;
+#pragma unroll
+    for (int q = 0; q < kW / 16 / 128; ++q) {
+      const int j = t128 + 128 * q, h = j / 1024, r = (j % 1024) / 8, ch = j % 8;
+      cp16(smem_u32(st + h * kWBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
+           w + int64_t(load_tile * kBN + r) * K + load_k * kUnitCols + h * 64 + ch * 8);
+    }
+  };
+  auto load_x = [&]() {  // the next unit's x (warpgroup 1)
+    uint8_t* st = xs + ((load_tile * ks + load_k - begin) % kXStages) * kX;
+#pragma unroll
+    for (int q = 0; q < kX / 16 / 128; ++q) {
+      const int j = t128 + 128 * q, h = j / 512, r = (j % 512) / 8, ch = j % 8;
+      cp16(smem_u32(st + h * kXBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
+           x + int64_t(r) * K + load_k * kUnitCols + h * 64 + ch * 8);
+    }
+  };
+  const int ahead = wg == 0 ? kWStages - 1 : kXStages - 1;
+  int issued = 0;  // units this warpgroup has asked for
+  for (; issued < ahead; ++issued) {
+    if (issued < n) { if (wg == 0) load_w(); else load_x(); advance(); }
+    asm volatile("cp.async.commit_group;\n");
+  }
+  float acc[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
+  int tile = static_cast<int>(begin / ks), k = static_cast<int>(begin % ks);
+  for (int i = 0; i < n; ++i) {
+    if (wg == 0) {
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kWStages - 2));
+    } else {
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kXStages - 2));
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();  // unit i is in; every warpgroup is done with unit i - 1
+    if (issued < n) { if (wg == 0) load_w(); else load_x(); advance(); }
+    ++issued;
+    asm volatile("cp.async.commit_group;\n");
+    const uint32_t sw = smem_u32(smem + (i % kWStages) * kW), sx = smem_u32(xs + (i % kXStages) * kX);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t a0 = sw + h * kWBytes + wg * 64 * 128, b0 = sx + h * kXBytes;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_64x64x16(acc, descriptor(a0 + kk * 32), descriptor(b0 + kk * 32));
+      }
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    const bool tile_ends = k == ks - 1;
+    if (++k == ks) k = 0;
+    if (tile_ends || i == n - 1) {
+      const int row = tile * kBN + wg * 64 + warp * 16 + g;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int t = 8 * j + 2 * c;
+        atomicAdd(out + int64_t(t) * N + row, acc[4 * j]);
+        atomicAdd(out + int64_t(t + 1) * N + row, acc[4 * j + 1]);
+        atomicAdd(out + int64_t(t) * N + row + 8, acc[4 * j + 2]);
+        atomicAdd(out + int64_t(t + 1) * N + row + 8, acc[4 * j + 3]);
+      }
+#pragma unroll
+      for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
+      ++tile;
+    }
+  }
+}
+
 __global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
@@ -161,7 +254,8 @@ int main() {
       {wgmma_gemm<6, 1, false>, 6 * kStageBytes + 1024, "6 x 16 KB"},
       {wgmma_gemm<8, 1, true>, 8 * kStageBytes + 1024, "8 x 16 KB, overlap"},
       {wgmma_gemm<4, 2, false>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB"},
-      {wgmma_gemm<4, 2, true>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB, overlap"}};
+      {wgmma_gemm<4, 2, true>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB, overlap"},
+      {wgmma_split<5, 3>, 5 * 2 * kWBytes + 3 * 2 * kXBytes + 1024, "5 x 32 KB of weights, x apart"}};
   constexpr int kVariants = sizeof(variants) / sizeof(variants[0]);
   for (const Variant& v : variants) {
     CK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
