@@ -4,7 +4,8 @@
 // 128-byte swizzled rows) and does the arithmetic on wgmma m64n64k16 instead of mma.sync: each of
 // the block's two warpgroups takes 64 weight rows x the 64 rows of x, both operands read from the
 // ring by descriptors. Variants: units of 64 or 128 columns, wgmma groups waited for each unit or
-// kept one in flight, and weights and x in rings of their own. Cut tiles are added into out by
+// kept one in flight, weights and x in rings of their own, and units of 256 weight rows (x's
+// share of the ring halved). Cut tiles are added into out by
 // fp32 atomics (a probe: the order of the sum is free). It checks every variant against cuBLAS,
 // then times them beside cuBLAS on Qwen3-8B's q|k|v, o, gate|up and down with the weights cold. A
 // measurement tool, not part of the build (docs/PERFORMANCE.md, issue 13's section, the GEMM of
@@ -237,6 +238,85 @@ __global__ void __launch_bounds__(256, 1)
   }
 }
 
+// Units of 256 weight rows x 64 columns (32 KB) beside the same 8 KB of x, so that x's share of
+// what the ring reads (from L2) halves: each warpgroup takes 128 rows as two m64 products. A
+// ring of kStages units, each waiting for its wgmma groups.
+template <int kStages>
+__global__ void __launch_bounds__(256, 1)
+    wgmma_wide(const half* __restrict__ w, const half* __restrict__ x, float* out, int N, int K) {
+  constexpr int kRows = 256, kW = kRows * 128, kStage = kW + kXBytes;
+  extern __shared__ uint8_t raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int ks = K / 64, tiles = N / kRows;
+  const int64_t units = int64_t{tiles} * ks;
+  const int64_t begin = blockIdx.x * units / gridDim.x, end = (blockIdx.x + 1) * units / gridDim.x;
+  const int n = static_cast<int>(end - begin);
+  int load_tile = static_cast<int>(begin / ks), load_k = static_cast<int>(begin % ks);
+  auto load = [&](int i) {
+    uint8_t* st = smem + (i % kStages) * kStage;
+#pragma unroll
+    for (int q = 0; q < kW / 16 / 256; ++q) {
+      const int j = tid + 256 * q, r = j / 8, ch = j % 8;
+      cp16(smem_u32(st + r * 128 + ((ch ^ (r & 7)) * 16)),
+           w + int64_t(load_tile * kRows + r) * K + load_k * 64 + ch * 8);
+    }
+#pragma unroll
+    for (int q = 0; q < kXBytes / 16 / 256; ++q) {
+      const int j = tid + 256 * q, r = j / 8, ch = j % 8;
+      cp16(smem_u32(st + kW + r * 128 + ((ch ^ (r & 7)) * 16)), x + int64_t(r) * K + load_k * 64 + ch * 8);
+    }
+    if (++load_k == ks) { load_k = 0; ++load_tile; }
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n) load(i);
+    asm volatile("cp.async.commit_group;\n");
+  }
+  float acc0[32], acc1[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) acc0[e] = acc1[e] = 0.0f;
+  int tile = static_cast<int>(begin / ks), k = static_cast<int>(begin % ks);
+  for (int i = 0; i < n; ++i) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (i + kStages - 1 < n) load(i + kStages - 1);
+    asm volatile("cp.async.commit_group;\n");
+    const uint32_t st = smem_u32(smem + (i % kStages) * kStage);
+    const uint32_t a0 = st + wg * 128 * 128, a1 = a0 + 64 * 128, b0 = st + kW;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      wgmma_64x64x16(acc0, descriptor(a0 + kk * 32), descriptor(b0 + kk * 32));
+      wgmma_64x64x16(acc1, descriptor(a1 + kk * 32), descriptor(b0 + kk * 32));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    const bool tile_ends = k == ks - 1;
+    if (++k == ks) k = 0;
+    if (tile_ends || i == n - 1) {
+#pragma unroll
+      for (int half_ = 0; half_ < 2; ++half_) {
+        const float* acc = half_ == 0 ? acc0 : acc1;
+        const int row = tile * kRows + wg * 128 + half_ * 64 + warp * 16 + g;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int t = 8 * j + 2 * c;
+          atomicAdd(out + int64_t(t) * N + row, acc[4 * j]);
+          atomicAdd(out + int64_t(t + 1) * N + row, acc[4 * j + 1]);
+          atomicAdd(out + int64_t(t) * N + row + 8, acc[4 * j + 2]);
+          atomicAdd(out + int64_t(t + 1) * N + row + 8, acc[4 * j + 3]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 32; ++e) acc0[e] = acc1[e] = 0.0f;
+      ++tile;
+    }
+  }
+}
+
 __global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
@@ -255,7 +335,8 @@ int main() {
       {wgmma_gemm<8, 1, true>, 8 * kStageBytes + 1024, "8 x 16 KB, overlap"},
       {wgmma_gemm<4, 2, false>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB"},
       {wgmma_gemm<4, 2, true>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB, overlap"},
-      {wgmma_split<5, 3>, 5 * 2 * kWBytes + 3 * 2 * kXBytes + 1024, "5 x 32 KB of weights, x apart"}};
+      {wgmma_split<5, 3>, 5 * 2 * kWBytes + 3 * 2 * kXBytes + 1024, "5 x 32 KB of weights, x apart"},
+      {wgmma_wide<5>, 5 * (256 * 128 + kXBytes) + 1024, "5 x (256 rows x 64 columns)"}};
   constexpr int kVariants = sizeof(variants) / sizeof(variants[0]);
   for (const Variant& v : variants) {
     CK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
