@@ -4,8 +4,9 @@
 // 128-byte swizzled rows) and does the arithmetic on wgmma m64n64k16 instead of mma.sync: each of
 // the block's two warpgroups takes 64 weight rows x the 64 rows of x, both operands read from the
 // ring by descriptors. Variants: units of 64 or 128 columns, wgmma groups waited for each unit or
-// kept one in flight, weights and x in rings of their own, and units of 256 weight rows (x's
-// share of the ring halved). Cut tiles are added into out by
+// kept one in flight, weights and x in rings of their own, units of 256 weight rows (x's share
+// of the ring halved), and a producer warpgroup that copies while the other two compute
+// (mbarriers, no block barrier). Cut tiles are added into out by
 // fp32 atomics (a probe: the order of the sum is free). It checks every variant against cuBLAS,
 // then times them beside cuBLAS on Qwen3-8B's q|k|v, o, gate|up and down with the weights cold. A
 // measurement tool, not part of the build (docs/PERFORMANCE.md, issue 13's section, the GEMM of
@@ -317,6 +318,103 @@ __global__ void __launch_bounds__(256, 1)
   }
 }
 
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nW%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Warp-specialized: a producer warpgroup copies 128-column units (weights and x, 48 KB) into a
+// ring of kStages slots and never waits for the arithmetic; the two consumer warpgroups wait for a
+// slot's copies on its `full` mbarrier (cp.async.mbarrier.arrive.noinc: each producer thread
+// arrives once its copies land), run its wgmma group, and give the slot back on its `empty`
+// mbarrier. No block barrier in the loop.
+template <int kStages>
+__global__ void __launch_bounds__(384, 1)
+    wgmma_ws(const half* __restrict__ w, const half* __restrict__ x, float* out, int N, int K) {
+  constexpr int kUnitCols = 128, kW = 2 * kWBytes, kStage = kW + 2 * kXBytes;
+  extern __shared__ uint8_t raw[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  const int tid = threadIdx.x, wg = tid / 128, t128 = tid % 128;
+  const int ks = K / kUnitCols, tiles = N / kBN;
+  const int64_t units = int64_t{tiles} * ks;
+  const int64_t begin = blockIdx.x * units / gridDim.x, end = (blockIdx.x + 1) * units / gridDim.x;
+  const int n = static_cast<int>(end - begin);
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 128;\n" ::"r"(smem_u32(&full[i])));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 256;\n" ::"r"(smem_u32(&empty[i])));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == 2) {  // the producer
+    int load_tile = static_cast<int>(begin / ks), load_k = static_cast<int>(begin % ks);
+    for (int i = 0; i < n; ++i) {
+      const int slot = i % kStages;
+      if (i >= kStages) mbar_wait(smem_u32(&empty[slot]), ((i / kStages) + 1) & 1);
+      uint8_t* st = smem + slot * kStage;
+#pragma unroll
+      for (int q = 0; q < kW / 16 / 128; ++q) {
+        const int j = t128 + 128 * q, h = j / 1024, r = (j % 1024) / 8, ch = j % 8;
+        cp16(smem_u32(st + h * kWBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
+             w + int64_t(load_tile * kBN + r) * K + load_k * kUnitCols + h * 64 + ch * 8);
+      }
+#pragma unroll
+      for (int q = 0; q < 2 * kXBytes / 16 / 128; ++q) {
+        const int j = t128 + 128 * q, h = j / 512, r = (j % 512) / 8, ch = j % 8;
+        cp16(smem_u32(st + kW + h * kXBytes + r * 128 + ((ch ^ (r & 7)) * 16)),
+             x + int64_t(r) * K + load_k * kUnitCols + h * 64 + ch * 8);
+      }
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&full[slot])) : "memory");
+      if (++load_k == ks) { load_k = 0; ++load_tile; }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    return;
+  }
+  const int warp = t128 / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  float acc[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
+  int tile = static_cast<int>(begin / ks), k = static_cast<int>(begin % ks);
+  for (int i = 0; i < n; ++i) {
+    const int slot = i % kStages;
+    mbar_wait(smem_u32(&full[slot]), (i / kStages) & 1);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    const uint32_t st = smem_u32(smem + slot * kStage);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t a0 = st + h * kWBytes + wg * 64 * 128, b0 = st + kW + h * kXBytes;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wgmma_64x64x16(acc, descriptor(a0 + kk * 32), descriptor(b0 + kk * 32));
+      }
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(&empty[slot])) : "memory");
+    const bool tile_ends = k == ks - 1;
+    if (++k == ks) k = 0;
+    if (tile_ends || i == n - 1) {
+      const int row = tile * kBN + wg * 64 + warp * 16 + g;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int t = 8 * j + 2 * c;
+        atomicAdd(out + int64_t(t) * N + row, acc[4 * j]);
+        atomicAdd(out + int64_t(t + 1) * N + row, acc[4 * j + 1]);
+        atomicAdd(out + int64_t(t) * N + row + 8, acc[4 * j + 2]);
+        atomicAdd(out + int64_t(t + 1) * N + row + 8, acc[4 * j + 3]);
+      }
+#pragma unroll
+      for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
+      ++tile;
+    }
+  }
+}
+
 __global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
@@ -329,14 +427,15 @@ int main() {
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   // The variants: ring units, unit width (halves of 64 columns), overlap.
-  struct Variant { void (*kernel)(const half*, const half*, float*, int, int); size_t smem; const char* name; };
+  struct Variant { void (*kernel)(const half*, const half*, float*, int, int); size_t smem; const char* name; int threads = 256; };
   const Variant variants[] = {
       {wgmma_gemm<6, 1, false>, 6 * kStageBytes + 1024, "6 x 16 KB"},
       {wgmma_gemm<8, 1, true>, 8 * kStageBytes + 1024, "8 x 16 KB, overlap"},
       {wgmma_gemm<4, 2, false>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB"},
       {wgmma_gemm<4, 2, true>, 4 * 2 * kStageBytes + 1024, "4 x 32 KB, overlap"},
       {wgmma_split<5, 3>, 5 * 2 * kWBytes + 3 * 2 * kXBytes + 1024, "5 x 32 KB of weights, x apart"},
-      {wgmma_wide<5>, 5 * (256 * 128 + kXBytes) + 1024, "5 x (256 rows x 64 columns)"}};
+      {wgmma_wide<5>, 5 * (256 * 128 + kXBytes) + 1024, "5 x (256 rows x 64 columns)"},
+      {wgmma_ws<4>, 4 * (2 * kWBytes + 2 * kXBytes) + 1024, "4 x 32 KB, producer warpgroup", 384}};
   constexpr int kVariants = sizeof(variants) / sizeof(variants[0]);
   for (const Variant& v : variants) {
     CK(cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(v.smem)));
@@ -371,7 +470,7 @@ int main() {
     double err = 0, mag = 0;
     for (const Variant& v : variants) {
       CK(cudaMemset(out, 0, int64_t{kT} * s.N * 4));
-      v.kernel<<<grid, 256, v.smem>>>(w, x, out, s.N, s.K);
+      v.kernel<<<grid, v.threads, v.smem>>>(w, x, out, s.N, s.K);
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(a.data(), out, a.size() * 4, cudaMemcpyDeviceToHost));
@@ -393,7 +492,7 @@ int main() {
                      CUBLAS_GEMM_DEFAULT);
       } else {
         const Variant& v = variants[pass - 1];
-        v.kernel<<<grid, 256, v.smem>>>(wc, x, out, s.N, s.K);
+        v.kernel<<<grid, v.threads, v.smem>>>(wc, x, out, s.N, s.K);
       }
     };
     for (int pass = 0; pass <= kVariants; ++pass) {
