@@ -31,6 +31,10 @@ TEST(BenchCli, BadGpuModeFlagsAreOneClearError) {
       {{"--attention-only", "--kv-len", "0"},
        "--kv-len, --prefill-len and --block-size must be >= 1"},
       {{"--attention-only", "--decode-grid", "-1"}, "--decode-grid must be >= 0"},
+      {{"--attention-only", "--kv-len-spread", "-2"},
+       "--kv-len-spread must be >= 0 and below twice --kv-len"},
+      {{"--attention-only", "--kv-len", "64", "--kv-len-spread", "128"},
+       "--kv-len-spread must be >= 0 and below twice --kv-len"},
       {{"--config", tiny_config(), "--repeat", "0"}, "--repeat must be >= 1"},
       {{"--config", tiny_config(), "--gen", "-1"}, "--prompt must be >= 1 and --gen >= 0"},
   };

@@ -315,11 +315,23 @@ Sequences even_sequences() {
   return s;
 }
 
+// A hundred single-query sequences of 240 to 339 keys, spread as a serving batch's are: the
+// longest 17% above the mean, within one unit's worth of a block of two whole units
+// (decode_unit_run_slack: grid 100 over 200 units), beyond it for longer runs (grids 1, 3, 7).
+Sequences spread_sequences() {
+  Sequences s(100);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = {1, 239 + static_cast<int>(i * 37 % 100)};
+  return s;
+}
+
 // Which batch a paged case runs.
-enum class Batch { kMixed, kMany, kEven };
+enum class Batch { kMixed, kMany, kEven, kSpread };
 
 const char* batch_name(Batch b) {
-  return b == Batch::kMixed ? "mixed" : b == Batch::kMany ? "many" : "even";
+  return b == Batch::kMixed  ? "mixed"
+         : b == Batch::kMany ? "many"
+         : b == Batch::kEven ? "even"
+                             : "spread";
 }
 
 // A paged batch on the host: q rows of every sequence in order, the pool with each sequence's
@@ -448,8 +460,9 @@ const PagedProblem& paged_problem_for(const PagedCase& c) {
   if (it != cache.end()) return *it->second;
   const uint32_t seed = static_cast<uint32_t>(std::hash<std::string>()(key));
   Sequences seqs = c.batch == Batch::kMany  ? many_sequences(c.phase, seed)
-                   : c.batch == Batch::kEven ? even_sequences()
-                                             : mixed_sequences(c.phase);
+                   : c.batch == Batch::kEven   ? even_sequences()
+                   : c.batch == Batch::kSpread ? spread_sequences()
+                                               : mixed_sequences(c.phase);
   auto p = std::make_unique<PagedProblem>(
       make_paged_problem(c.dtype, c.head_dim, c.block_size, std::move(seqs), seed));
   return *(cache[key] = std::move(p));
@@ -504,11 +517,12 @@ std::vector<PagedCase> paged_cases() {
   // a unit of the mixed batch (2 * 7 * kKvHeads: thread block clusters on sm_90, a one-key
   // sequence leaving one block of its clusters no keys), or hold whole units: the even batch's
   // 200 units in 1, 3, 7 (the last block holding fewer) or 100 blocks (decode_unit_run), where
-  // the many batch's uneven lengths split the same grids' keys evenly instead; 28 and 130 blocks
-  // do not fit whole units. flash1's splits per (sequence, kv head) (grid / units) of 1 and 3.
+  // the many batch's uneven lengths split the same grids' keys evenly instead, and the spread
+  // batch's do in 1, 3 and 7 but not in 100 (decode_unit_run_slack); 28 and 130 blocks do not
+  // fit whole units. flash1's splits per (sequence, kv head) (grid / units) of 1 and 3.
   for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
     for (int grid : {0, 1, 3, 7, 2 * 7 * kKvHeads, 100, 130}) {
-      for (Batch batch : {Batch::kMixed, Batch::kMany, Batch::kEven}) {
+      for (Batch batch : {Batch::kMixed, Batch::kMany, Batch::kEven, Batch::kSpread}) {
         if (grid == 0 && batch != Batch::kEven) continue;  // above
         cases.push_back({AttentionKind::kFlash2, AttentionPhase::kDecode, dtype, true, 128, 16,
                          batch, grid});
@@ -689,7 +703,8 @@ TEST(AttentionDecodePartition, TwoBlocksAUnitRunAsClustersOfTwo) {
 // The 16-bit flash2 decode's whole-unit runs (host arithmetic): taken only where a batch has
 // more units than blocks and runs of whole units fill the grid to within the slack; the blocks
 // that hold them are no more than the grid and every one holds at least one unit. The device
-// keeps them only where the longest sequence's run stays within the slack of an even share.
+// keeps them only where the longest sequence's run stays within decode_unit_run_slack of an even
+// share.
 TEST(AttentionDecodePartition, WholeUnitRunsFillTheGrid) {
   using namespace cuda_attention;
   EXPECT_EQ(decode_unit_run(512, 264), 2);    // Qwen3-8B, 64 sequences: 256 blocks of 2
@@ -715,13 +730,25 @@ TEST(AttentionDecodePartition, WholeUnitRunsFillTheGrid) {
       EXPECT_LE(blocks, grid);
       EXPECT_LT((blocks - 1) * run, units);  // the last block holds at least one unit
       EXPECT_LE(100 * run * grid, (100 + kDecodeUnitRunSlack) * units);
-      // Equal lengths keep the runs on the device; one sequence 10% longer does not.
+      // Equal lengths keep the runs on the device; one sequence twice the mean does not.
       EXPECT_TRUE(decode_keeps_unit_run(int64_t{units} * 500, 500, run, blocks));
-      EXPECT_FALSE(decode_keeps_unit_run(int64_t{units} * 500, 550, run, blocks));
+      EXPECT_FALSE(decode_keeps_unit_run(int64_t{units} * 500, 1000, run, blocks));
     }
   }
   EXPECT_TRUE(some && none);
   EXPECT_FALSE(decode_keeps_unit_run(int64_t{512} * 500, 500, 0, 256));  // no run asked
+  // The slack is one unit's worth of a block, at least kDecodeUnitRunSlack.
+  EXPECT_EQ(decode_unit_run_slack(2), 50);
+  EXPECT_EQ(decode_unit_run_slack(3), 34);
+  EXPECT_EQ(decode_unit_run_slack(8), 13);
+  EXPECT_EQ(decode_unit_run_slack(20), kDecodeUnitRunSlack);
+  EXPECT_EQ(decode_unit_run_slack(40), kDecodeUnitRunSlack);
+  // Qwen3-8B at 64 and 256 sequences, lengths 448 to 576 (a serving batch's spread): kept; at
+  // 256 a sequence of 600 keys is more than one unit's worth of a block of 8.
+  EXPECT_TRUE(decode_keeps_unit_run(int64_t{512} * 512, 576, 2, 256));
+  EXPECT_FALSE(decode_keeps_unit_run(int64_t{512} * 512, 800, 2, 256));
+  EXPECT_TRUE(decode_keeps_unit_run(int64_t{2048} * 512, 576, 8, 256));
+  EXPECT_FALSE(decode_keeps_unit_run(int64_t{2048} * 512, 600, 8, 256));
 }
 
 // The 16-bit flash2 decode's balanced partition (host arithmetic, no GPU): the blocks tile the

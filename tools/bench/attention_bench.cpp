@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -102,12 +103,24 @@ Result<json> bench_paged_decode(const std::string& kind, DataType activation, in
   request.pdl = FLAGS_pdl;
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<kuiper::op::AttentionOp> op,
                           kuiper::op::make_attention(request));
-  const int64_t W = (L + bs - 1) / bs, blocks = B * W;
+  // Sequence i has lens[i] keys: L each, or spread evenly over L -/+ spread / 2 and shuffled.
+  const int64_t spread = FLAGS_kv_len_spread;
+  std::vector<int64_t> lens(static_cast<size_t>(B), L);
+  for (int64_t i = 0; i < B && B > 1; ++i) {
+    lens[static_cast<size_t>(i)] = L - spread / 2 + spread * i / (B - 1);
+  }
+  std::shuffle(lens.begin(), lens.end(), std::mt19937(2));
+  const int64_t longest = *std::max_element(lens.begin(), lens.end());
+  const int64_t keys = std::accumulate(lens.begin(), lens.end(), int64_t{0});
+  const int64_t W = (longest + bs - 1) / bs, blocks = B * W;
   const size_t elem = kuiper::dtype_size(activation);
-  const double kv_bytes = 2.0 * B * L * KVH * D * elem;
+  const double kv_bytes = 2.0 * keys * KVH * D * elem;
   const int copies = static_cast<int>(std::clamp(std::ceil(256e6 / kv_bytes), 1.0, 64.0));
-  std::vector<int32_t> begin(static_cast<size_t>(B + 1)), starts(static_cast<size_t>(B), L - 1);
+  std::vector<int32_t> begin(static_cast<size_t>(B + 1)), starts(static_cast<size_t>(B));
   for (int64_t i = 0; i <= B; ++i) begin[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < B; ++i) {
+    starts[static_cast<size_t>(i)] = static_cast<int32_t>(lens[static_cast<size_t>(i)] - 1);
+  }
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int64_t i = 0; i < blocks; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   std::shuffle(table.begin(), table.end(), std::mt19937(1));
@@ -124,7 +137,7 @@ Result<json> bench_paged_decode(const std::string& kind, DataType activation, in
   KUIPER_ASSIGN_OR_RETURN(paged.block_tables, upload(table, {B, W}));
   paged.block_size = bs;
   paged.max_queries = 1;
-  paged.max_keys = L;
+  paged.max_keys = longest;
   Tensor q, out;
   KUIPER_ASSIGN_OR_RETURN(q, Tensor::empty({B, H, D}, activation, DeviceType::kCuda));
   KUIPER_ASSIGN_OR_RETURN(out, Tensor::empty({B, H, D}, activation, DeviceType::kCuda));
@@ -148,7 +161,8 @@ Result<json> bench_paged_decode(const std::string& kind, DataType activation, in
                                                 return op->forward(args[static_cast<size_t>(i % copies)]);
                                               },
                                               graph));
-  const double flops = B * causal_attention_flops(H, D, L - 1, 1);
+  double flops = 0.0;
+  for (int64_t len : lens) flops += causal_attention_flops(H, D, len - 1, 1);
   const double gbs = kv_bytes / seconds / 1e9, tflops = flops / seconds / 1e12;
   return json{{"attention", kind},
               {"kernel", op->name()},
@@ -156,6 +170,7 @@ Result<json> bench_paged_decode(const std::string& kind, DataType activation, in
               {"phase", "decode"},
               {"queries", B},  // one a sequence: the report's queries column is the batch
               {"sequences", B},
+              {"kv_len_spread", spread},
               {"block_size", bs},
               {"heads", H},
               {"kv_heads", KVH},

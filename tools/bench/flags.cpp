@@ -75,6 +75,9 @@ DEFINE_string(decode_batch, "",
               "attention-only: batched decode over a paged KV pool, one case for each of these "
               "sequence counts B: B sequences of --kv-len keys in one call (GB/s of all their "
               "K/V); replaces the other cases");
+DEFINE_int32(kv_len_spread, 0,
+             "attention-only --decode-batch: sequence lengths spread evenly over --kv-len -/+ "
+             "half of this, in a shuffled order, as a serving engine's batch is (0: all equal)");
 DEFINE_int32(block_size, 16, "attention-only --decode-batch: KV pool block size (rows)");
 DEFINE_string(causal_lens, "",
               "attention-only: causal prefill of T queries over T keys from position 0 for "

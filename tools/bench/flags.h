@@ -45,6 +45,7 @@ DECLARE_string(decode_kv_lens);
 DECLARE_string(causal_lens);
 DECLARE_string(decode_batch);
 DECLARE_int32(block_size);
+DECLARE_int32(kv_len_spread);
 DECLARE_bool(throughput);
 DECLARE_string(device);
 DECLARE_int32(num_prompts);

@@ -210,6 +210,9 @@ Status check_gpu_flags() {
       return Status::Error("--kv-len, --prefill-len and --block-size must be >= 1");
     }
     if (FLAGS_decode_grid < 0) return Status::Error("--decode-grid must be >= 0 (0: automatic)");
+    if (FLAGS_kv_len_spread < 0 || FLAGS_kv_len_spread / 2 >= FLAGS_kv_len) {
+      return Status::Error("--kv-len-spread must be >= 0 and below twice --kv-len");
+    }
   } else if (FLAGS_prompt < 1 || FLAGS_gen < 0) {
     return Status::Error("--prompt must be >= 1 and --gen >= 0 (>= 1 with --contexts)");
   }

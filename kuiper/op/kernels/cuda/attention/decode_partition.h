@@ -98,11 +98,28 @@ KUIPER_DECODE_HD int decode_unit_run(int units, int grid) {
   return int64_t{100} * run * grid <= int64_t{100 + kDecodeUnitRunSlack} * units ? run : 0;
 }
 
-// Whether `blocks` blocks of `run` whole units each stay within the slack of the balanced share
-// when the longest sequence has `longest` keys and all of them `work` (flattened) keys: a block
-// holding run units of the longest sequence streams at most that much longer than an even split.
+// How much longer than an even share (percent) the longest block of runs of `run` whole units
+// may stream before the balanced split is faster: one unit's worth, 100 / run (rounded up), and
+// at least kDecodeUnitRunSlack. The balanced split cuts about two units a block, so its partials
+// and their combine weigh most where a block holds few units, and the blocks of runs share the
+// SMs' bandwidth, so the longest one costs less than its length. Measured on the H200
+// (`kuiper-bench --attention-only --attention flash2 --dtype fp16 --decode-batch 64,256 --kv-len
+// 512 --kv-len-spread S`: lengths spread evenly over 512 -/+ S / 2, us, balanced split against
+// runs; thirty-first session): 64 sequences (runs of 2) S = 128: 45.5 / 39.5, 256: 45.6 / 40.3,
+// 512: 45.9 / 45.4, 960: 66.9 / 55.9; 256 sequences (runs of 8) S = 128: 151.4 / 146.8, 256:
+// 152.7 / 155.3, 512: 160.7 / 178.5 (equal lengths: 38.6 and 142.9 us).
+KUIPER_DECODE_HD int decode_unit_run_slack(int run) {
+  const int unit = run > 0 ? (100 + run - 1) / run : 0;
+  return unit > kDecodeUnitRunSlack ? unit : kDecodeUnitRunSlack;
+}
+
+// Whether `blocks` blocks of `run` whole units each stay within decode_unit_run_slack of the
+// balanced share when the longest sequence has `longest` keys and all of them `work` (flattened)
+// keys: a block holding run units of the longest sequence streams at most that much longer than
+// an even split.
 KUIPER_DECODE_HD bool decode_keeps_unit_run(int64_t work, int64_t longest, int run, int blocks) {
-  return run > 0 && 100 * run * longest * blocks <= (100 + kDecodeUnitRunSlack) * work;
+  return run > 0 &&
+         100 * run * longest * blocks <= (100 + decode_unit_run_slack(run)) * work;
 }
 
 // First flat key of block b (b == blocks gives the end of the work).

@@ -2,8 +2,8 @@
 // the context is split over the KV length. fp16 and bf16 (flash2_decode_tc): a fixed grid (the
 // largest multiple of the (sequence, kv head, group of up to 16 query heads) count that fits the
 // SMs, or the SM count) over which the flattened (unit, key) work of the whole batch is spread
-// evenly on the device from the positions (decode_partition.h), or, where a batch of nearly equal
-// lengths has more units than blocks, as runs of whole units (decode_unit_run); a block writes
+// evenly on the device from the positions (decode_partition.h), or, where a batch has more units
+// than blocks and lengths near enough (decode_keeps_unit_run), as runs of whole units; a block writes
 // the units it holds whole straight to out, and a partial for a unit it shares with the next or
 // previous block.
 // K/V stream through a cp.async ring, both products run on tensor cores, and the last block
