@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "kuiper/op/ops.h"
 #include "ops/harness.h"
@@ -147,6 +149,37 @@ std::vector<OpCase> qk_norm_rope_cache_cases() {
                  [=](std::vector<Tensor>& a) {
                    return op::qk_norm_rope_cache(a[0], a[1], with_norm ? &a[2] : nullptr,
                                                  with_norm ? &a[3] : nullptr, 1e-6, a[4],
+                                                 op::RopeParams(1e6), a[5], a[6], &a[7]);
+                 },
+                 {1e-5, 2e-3}};
+        c.args[6].tolerance = 0.0;  // v rows are copied
+        cases.push_back(c);
+      }
+    }
+  }
+  // Model-sized heads, the stacked form: a CUDA block's warps take several heads each, in one
+  // round (Qwen3-8B's 32 + 8 + 8), a round some warps' last head misses (28 + 4 + 4) and two
+  // rounds (64 + 8 + 8); at 37 tokens several blocks share a token's heads, at 300 one block
+  // takes them all.
+  const std::vector<std::pair<int64_t, int64_t>> model_heads = {{32, 8}, {28, 4}, {64, 8}};
+  for (const auto& [Hq_m, Hkv_m] : model_heads) {
+    for (const int64_t Tm : {37, 300}) {
+      for (DataType act : kActivations) {
+        const int64_t dm = 128, rows_m = 2 * Tm + 3;
+        std::vector<int32_t> cache_rows, rotary;
+        for (int32_t t = 0; t < Tm; ++t) {
+          cache_rows.push_back(2 * t + 1);
+          rotary.push_back(100 + 7 * t);
+        }
+        OpCase c{"qk_norm_rope_cache stacked " + std::to_string(Tm) + " tokens of " +
+                     std::to_string(Hq_m) + " + " + std::to_string(Hkv_m) + " heads " +
+                     dtype_name(act),
+                 {in_out({Tm, Hq_m + 2 * Hkv_m, dm}, act, 2.0f), out({Tm, Hq_m, dm}, act),
+                  in({dm}, act, 0.5f, 1.0f), in({dm}, act, 0.5f, 1.0f), ints(cache_rows, {Tm}),
+                  in_out({rows_m, Hkv_m * dm}, act), in_out({rows_m, Hkv_m * dm}, act),
+                  ints(rotary, {Tm})},
+                 [=](std::vector<Tensor>& a) {
+                   return op::qk_norm_rope_cache(a[0], a[1], &a[2], &a[3], 1e-6, a[4],
                                                  op::RopeParams(1e6), a[5], a[6], &a[7]);
                  },
                  {1e-5, 2e-3}};
