@@ -876,7 +876,7 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
     }
     out_row += R;
     pass = Pass();
-    staging_ = Staging{{}, {}, {}, {}, {}, {}, {}, std::move(staging_.host)};
+    staging_.clear();
     return Status::Ok();
   };
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -135,6 +135,13 @@ class QwenModel : public Model {
     std::vector<int32_t> rope;                // [T, axes]: each row's rotary position per axis
     std::vector<Span<const int32_t>> blocks;  // each sequence's blocks
     std::vector<int32_t> host;                // the workspace's inputs as uploaded
+    // Empties every list for the next pass, keeping their memory (a step allocates nothing).
+    void clear() {
+      for (std::vector<int32_t>* v : {&ids, &rows, &query_begin, &starts, &logit_index, &rope}) {
+        v->clear();
+      }
+      blocks.clear();
+    }
   };
 
   QwenModel(ModelConfig config, std::shared_ptr<ModelFile> file, const ModelOptions& options,

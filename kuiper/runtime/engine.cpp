@@ -179,7 +179,10 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt,
 
 void Engine::cancel(int64_t id) {
   const auto it = requests_.find(id);
-  if (it != requests_.end()) it->second->cancelled = true;
+  if (it != requests_.end() && !it->second->cancelled) {
+    it->second->cancelled = true;
+    ++cancelled_;
+  }
 }
 
 Status Engine::prepare(Request& r, const ScheduledSpan& span, Entry* entry) {
@@ -253,11 +256,14 @@ int64_t Engine::live_tokens() {
 
 Result<std::vector<FinishedRequest>> Engine::step() {
   std::vector<FinishedRequest> finished;
-  std::vector<Request*> cancelled;
-  for (const auto& [id, request] : requests_) {
-    if (request->cancelled) cancelled.push_back(request.get());
+  if (cancelled_ > 0) {  // a walk over every request only when one was cancelled
+    std::vector<Request*> cancelled;
+    for (const auto& [id, request] : requests_) {
+      if (request->cancelled) cancelled.push_back(request.get());
+    }
+    for (Request* r : cancelled) finish(*r, FinishReason::kInterrupted, &finished);
+    cancelled_ = 0;
   }
-  for (Request* r : cancelled) finish(*r, FinishReason::kInterrupted, &finished);
 
   const std::vector<ScheduledSpan> spans = scheduler_.schedule();
   last_step_ = StepStats();
@@ -294,7 +300,6 @@ Result<std::vector<FinishedRequest>> Engine::step() {
   const Clock::time_point forward_start = Clock::now();
   const Status status = run(ready, &finished);
   last_step_.forward_seconds = seconds_between(forward_start, Clock::now());
-  last_step_.live_tokens = live_tokens();
   last_step_.used_blocks = pool_.blocks() - pool_.available();
   if (!status.ok()) {
     if (ready.size() == 1) {
@@ -362,7 +367,6 @@ Status Engine::run(const std::vector<Entry*>& entries,
     }
     if (e->input.logits != LogitRows::kLast) continue;
     const int64_t at = row++;
-    const Tensor row_logits = logits.rows(at, 1);
     const int64_t batched = sampled_at[static_cast<size_t>(at)];
     auto token = [&]() -> Result<int32_t> {
       if (batched >= 0) {
@@ -370,7 +374,7 @@ Status Engine::run(const std::vector<Entry*>& entries,
         return sampled[static_cast<size_t>(batched)];
       }
       if (!argmax.empty() && plain_argmax(r.sampler)) return argmax[static_cast<size_t>(at)];
-      return r.sampler.sample(row_logits, r.sequence.tokens);
+      return r.sampler.sample(logits.rows(at, 1), r.sequence.tokens);
     };
     Result<int32_t> id = token();
     if (!id.ok()) {
@@ -379,6 +383,7 @@ Status Engine::run(const std::vector<Entry*>& entries,
     }
     std::optional<TokenLogprob> logprob;
     if (r.options.logprobs >= 0) {
+      const Tensor row_logits = logits.rows(at, 1);
       logits_row_.resize(static_cast<size_t>(row_logits.numel()));
       const Status copied = Tensor::view(logits_row_.data(), row_logits.shape(), DataType::kFp32,
                                          DeviceType::kCpu)
@@ -409,8 +414,8 @@ Status Engine::sample_batch(const Tensor& logits, const std::vector<op::SampleRo
 void Engine::advance(Request& r, int32_t id, TokenLogprob* logprob,
                      std::vector<FinishedRequest>* finished) {
   GenerationStats& stats = r.out.stats;
-  const Clock::time_point now = Clock::now();
   if (!r.sampled) {
+    const Clock::time_point now = Clock::now();
     r.sampled = true;
     r.first_token = now;
     stats.first_token_seconds = seconds_between(r.added, now);

@@ -138,7 +138,7 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
     }
     if (step.used_blocks > s.peak_used_blocks) {
       s.peak_used_blocks = step.used_blocks;
-      s.peak_live_tokens = step.live_tokens;
+      s.peak_live_tokens = engine->live_tokens();
     }
     for (const FinishedRequest& f : done) {
       const size_t i = index.at(f.id);
