@@ -198,13 +198,14 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
   }
 }
 
-// Blocks a token: one where the tokens alone fill the SMs twice over (a block of 8 warps with
-// its registers: two an SM), else as many as bring the grid near that, each group at least a
-// head for each warp.
-inline int prep_groups(int64_t T, int heads, int sms) {
+// The heads a block takes: all of a token's where the tokens alone fill the SMs twice over (a
+// block of 8 warps with its registers: two an SM), else a token's heads split into as many groups
+// as bring the grid near that, at most one group for every 8 heads.
+inline int prep_group_heads(int64_t T, int heads, int sms) {
   const int64_t most = (heads + kPrepWarps - 1) / kPrepWarps;
   const int64_t fill = 2 * sms / std::max<int64_t>(T, 1);
-  return static_cast<int>(std::max<int64_t>(1, std::min(most, fill)));
+  const int64_t groups = std::max<int64_t>(1, std::min(most, fill));
+  return static_cast<int>((heads + groups - 1) / groups);
 }
 
 // The launch of both forms, PrepArgs' heads and strides set by the caller.
@@ -227,7 +228,7 @@ Status launch_prep(const void* q_in, void* q_out, void* k, const void* v, const 
   const int pairs = a.half % 32 == 0 ? a.half / 32 : 0;  // 0: the loop form
   KUIPER_ASSIGN_OR_RETURN(const int sms, sm_count());
   const int heads = a.Hq + 2 * a.Hkv;
-  a.group_heads = (heads + prep_groups(T, heads, sms) - 1) / prep_groups(T, heads, sms);
+  a.group_heads = prep_group_heads(T, heads, sms);
   const int groups = (heads + a.group_heads - 1) / a.group_heads;
   return visit_activation(dtype, [&](auto tag) {
     using TX = typename decltype(tag)::type;
