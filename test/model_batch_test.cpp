@@ -423,6 +423,67 @@ TEST(CudaModelBatch, GraphDecodeOfTwoBlocksMatchesEager) {
   }
 }
 
+// A decode graph's block tables are as wide as the whole context (4096 tokens of 8-token blocks:
+// 512 entries a sequence); a step of many sequences that use a few entries each uploads only
+// those (a pitched copy, QwenModel::upload) and must still give the eager logits, as the used
+// width grows and as fewer sequences run in the same bucket.
+TEST(CudaModelBatch, GraphDecodeInWideTablesMatchesEager) {
+  SKIP_WITHOUT_CUDA();
+  const Golden g = Golden::load("qwen3-tiny");
+  const std::vector<int32_t>& ids = g.at("chat.ids").i32;
+  constexpr int kSequences = 32, kBlocksEach = 8, kSteps = 6;
+  std::vector<std::vector<int32_t>> prompts, tables;
+  for (int i = 0; i < kSequences; ++i) {
+    const size_t n = 3 + static_cast<size_t>(i * 5) % 30;  // 3 to 32 tokens
+    prompts.emplace_back(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n));
+    tables.emplace_back();
+    for (int j = 0; j < kBlocksEach; ++j) tables.back().push_back(j * kSequences + i);
+  }
+  auto entry = [&](int i, Span<const int32_t> tokens, int64_t start) {
+    SequenceInput s;
+    s.tokens = tokens;
+    s.start = start;
+    s.blocks = tables[static_cast<size_t>(i)];
+    return s;
+  };
+  const std::vector<std::vector<int32_t>> original = prompts;
+  std::vector<std::vector<float>> logits[2];
+  for (int graph = 0; graph < 2; ++graph) {
+    prompts = original;
+    ModelOptions o;
+    o.device = DeviceType::kCuda;
+    o.max_context = 4096;
+    o.max_sequences = kSequences;
+    o.kv_block_size = 8;
+    o.cuda_graph = graph == 1;
+    std::unique_ptr<Model> model = load("qwen3-tiny", o);
+    ASSERT_NE(model, nullptr);
+    std::vector<SequenceInput> prefill;
+    for (int i = 0; i < kSequences; ++i) prefill.push_back(entry(i, prompts[i], 0));
+    ASSERT_OK(model->forward(prefill));
+    std::vector<std::vector<int32_t>> next(kSequences);
+    for (int step = 0; step < kSteps; ++step) {
+      // Every sequence, except at odd steps only the first 17 (the bucket of 32 with pads).
+      const int running = step % 2 == 0 ? kSequences : 17;
+      std::vector<SequenceInput> batch;
+      for (int i = 0; i < running; ++i) {
+        std::vector<int32_t>& p = prompts[static_cast<size_t>(i)];
+        next[static_cast<size_t>(i)] = {ids[(p.size() * 3 + 1) % ids.size()]};
+        batch.push_back(entry(i, next[static_cast<size_t>(i)], static_cast<int64_t>(p.size())));
+      }
+      logits[graph].push_back(host_floats(model->forward(batch)));
+      for (int i = 0; i < running; ++i) {
+        prompts[static_cast<size_t>(i)].push_back(next[static_cast<size_t>(i)][0]);
+      }
+    }
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    ASSERT_EQ(logits[0][i].size(), logits[1][i].size());
+    EXPECT_LE(relative_difference(logits[1][i], logits[0][i]), 1e-5) << "step " << i;
+  }
+}
+
 // The paged schedule on the GPU in fp32, through the decode graphs (the three-sequence decode
 // step runs in the bucket of four, one pad sequence) and eagerly, for every attention kind:
 // each entry's rows match its sequence run alone.

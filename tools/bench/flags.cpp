@@ -43,7 +43,10 @@ DEFINE_string(prefill_lengths, "",
               "model mode: prefill tok/s vs prompt length; one prefill of each of these "
               "lengths (comma-separated) from position 0");
 DEFINE_int32(fill_chunk, 4096, "--contexts: tokens per forward call while filling the cache");
-DEFINE_int64(max_context, 0, "model mode: KV cache length in tokens; 0: what the runs need");
+DEFINE_int64(max_context, 0,
+             "KV cache length of one sequence in tokens (model mode: the cache; throughput: the "
+             "context a request may reach, as the programs' --max-context, while the KV pool "
+             "stays sized for the workload); 0: what the runs need");
 DEFINE_double(max_fill_s, 180.0,
               "--contexts: skip the remaining contexts of an attention kind once filling its "
               "cache has taken this many seconds");

@@ -294,12 +294,28 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
         " tokens (--input-len, --len-jitter, --shared-prefix and --output-len) do not fit the "
         "model's context of " + std::to_string(c.context_limit()) + " tokens");
   }
-  // Today's pool holds one max_context slot per running sequence.
+  // The pool holds the workload's longest request for every running sequence; --max-context
+  // (as the programs take it) only sets how far a request may reach, and so the width of the
+  // decode graphs' block tables.
   const int64_t sequences = std::min(concurrency.back(), shape.requests);
+  const int64_t pool_context = max_context;
+  if (FLAGS_max_context > 0) {
+    if (FLAGS_max_context < max_context) {
+      return Status::Error("--max-context " + std::to_string(FLAGS_max_context) +
+                           " is shorter than the " + std::to_string(max_context) +
+                           " tokens the requests need");
+    }
+    if (FLAGS_max_context > c.context_limit()) {
+      return Status::Error("--max-context " + std::to_string(FLAGS_max_context) +
+                           " is past the model's context of " +
+                           std::to_string(c.context_limit()) + " tokens");
+    }
+    max_context = FLAGS_max_context;
+  }
   const size_t elem = kuiper::dtype_size(setup.activation);
   if (setup.usable_bytes > 0) {
     const double weights = weight_bytes(c, elem, setup.quantize);
-    const double kv = kv_cache_bytes(c, elem, max_context * sequences);
+    const double kv = kv_cache_bytes(c, elem, pool_context * sequences);
     const double need =
         weights + kv + workspace_bytes(c, elem, FLAGS_max_batch_tokens) + (64 << 20);
     if (need > setup.usable_bytes) {
@@ -309,7 +325,7 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
                     "%lld tokens) + activations need about %.2f GiB, and %.2f GiB of GPU memory "
                     "is free; use a smaller --concurrency, --num-prompts or lengths",
                     setup.name.c_str(), weights / kGiB, kv / kGiB,
-                    static_cast<long long>(sequences), static_cast<long long>(max_context),
+                    static_cast<long long>(sequences), static_cast<long long>(pool_context),
                     need / kGiB, setup.usable_bytes / kGiB);
       return Status::Error(msg);
     }
@@ -321,6 +337,11 @@ Status bench_throughput(const std::string& kind, const ThroughputSetup& setup,
   options.activation = setup.activation;
   options.max_context = max_context;
   options.max_sequences = sequences;
+  if (max_context != pool_context) {  // the pool the default would give for pool_context
+    const int64_t bs = options.kv_block_size;
+    options.kv_cache_bytes = static_cast<int64_t>(
+        kv_cache_bytes(c, elem, sequences * ((pool_context + bs - 1) / bs) * bs));
+  }
   options.cuda_graph = FLAGS_cuda_graph && setup.device == DeviceType::kCuda;
   options.quantize = setup.quantize;
   options.fp8_activations = FLAGS_fp8_activations;
