@@ -13,7 +13,8 @@
 #             time of the kernels matching REGEX whose grid has that many blocks, in eager steps
 #             of C sequences after SKIP such launches (e.g. the attention input at 64 sequences:
 #             "qk_norm_rope:64:600:768:256")
-# TESTS       a gtest filter run on the patched build
+# BENCH_ARGS  more kuiper-bench flags for the full-batch runs (e.g. "--max-context 4096")
+# TESTS       a gtest filter run on the patched build (TEST_TREE=1: on the tree)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${PATCH:?name the patch: PATCH=NAME}"
@@ -24,9 +25,10 @@ P_DIR=/tmp/side_by_side_patched
 rm -rf "$P_DIR" && mkdir -p "$P_DIR"
 cp -r $(ls -A | grep -v '^build\|^\.git$\|^\.gpu$') "$P_DIR"/
 (cd "$P_DIR" && git apply "docs/experiments/$PATCH.patch") || { echo "$PATCH does not apply"; exit 1; }
+TEST_DIR=$([ "${TEST_TREE:-0}" = 1 ] && echo . || echo "$P_DIR")
 for d in . "$P_DIR"; do
   (cd "$d" && cmake -S . -B build-sbs -G Ninja -DKUIPER_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release > /dev/null &&
-    ninja -C build-sbs kuiper-bench $([ "$d" = . ] || [ -z "${TESTS:-}" ] || echo kuiper_tests qwen3_infer kuiper-server) \
+    ninja -C build-sbs kuiper-bench $([ "$d" = "$TEST_DIR" ] && [ -n "${TESTS:-}" ] && echo kuiper_tests qwen3_infer kuiper-server) \
       > "$OUT/build_$(basename "$d").log" 2>&1 || tail -30 "$OUT/build_$(basename "$d").log") &
 done
 wait
@@ -48,7 +50,7 @@ PY
 }
 full_batch() {
   "$1" --throughput --config models/qwen3-8b.json --dtype fp16 --cuda-graph \
-    --concurrency "${CONCURRENCY:-64,256}" --input-len 448 --output-len 128 2>&1 |
+    --concurrency "${CONCURRENCY:-64,256}" --input-len 448 --output-len 128 ${BENCH_ARGS:-} 2>&1 |
     grep '^| flash2' | cut -d'|' -f9 | tr -d ' ' | paste -sd' '
 }
 # Each row goes to $OUT/table.md as it comes, should the call run out of time.
@@ -60,10 +62,10 @@ for spec in ${NCU:-}; do
   row "| $PATCH | $regex at $c, Nsight Compute | $(ncu_median "$P" "$regex" "$c" "$skip" "$patch_grid") |"
 done
 for r in $(seq "${ROUNDS:-2}"); do
-  row "| tree | full-batch tok/s at ${CONCURRENCY:-64,256} | $(full_batch "$T") |"
-  row "| $PATCH | full-batch tok/s at ${CONCURRENCY:-64,256} | $(full_batch "$P") |"
+  row "| tree | full-batch tok/s at ${CONCURRENCY:-64,256} ${BENCH_ARGS:-}| $(full_batch "$T") |"
+  row "| $PATCH | full-batch tok/s at ${CONCURRENCY:-64,256} ${BENCH_ARGS:-}| $(full_batch "$P") |"
 done
 if [ -n "${TESTS:-}" ]; then
-  (cd "$P_DIR" && ./build-sbs/bin/kuiper_tests --gtest_brief=1 --gtest_filter="$TESTS" > "$OUT/tests.log" 2>&1)
-  row "$PATCH tests: $(grep -m1 -o 'PASSED .*' "$OUT/tests.log" || echo "FAILED ($OUT/tests.log)")"
+  (cd "$TEST_DIR" && ./build-sbs/bin/kuiper_tests --gtest_brief=1 --gtest_filter="$TESTS" > "$OUT/tests.log" 2>&1)
+  row "$([ "$TEST_DIR" = . ] && echo tree || echo "$PATCH") tests: $(grep -m1 -o 'PASSED .*' "$OUT/tests.log" || echo "FAILED ($OUT/tests.log)")"
 fi
