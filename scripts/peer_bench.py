@@ -28,7 +28,9 @@
    fp16 weights of --config's shape. Each B of --batch-sizes: the graph replayed --steps
    times, the tokens copied to the host after each step as a generation loop does (the
    median of 3 runs): ms per step, output tok/s (B tokens per step) and the GB/s of the
-   weights and KV rows a step reads.
+   weights and KV rows a step reads. --peer-forms times other ways of writing the same step
+   (separate projections; SDPA's enable_gqa, or K and V expanded to every query head first),
+   each its own row ("torch-graph-decode" is fused-rows, the default and issue 13's peer).
 
   python3 scripts/peer_bench.py --config models/qwen3-8b.json --json peer.json
   python3 scripts/peer_bench.py --batched --config models/qwen3-8b.json --json batched.json
@@ -65,6 +67,12 @@ def parse_args():
     p.add_argument("--context", type=int, default=512,
                    help="--batched: cached tokens each sequence attends to (plus its new one)")
     p.add_argument("--steps", type=int, default=16, help="--batched: decode steps per timed run")
+    p.add_argument("--peer-forms", default="fused-rows",
+                   help="--batched: the step's forms, PROJECTIONS-ATTENTION, comma-separated: "
+                        "projections fused (q|k|v and gate|up one matmul each) or separate (one "
+                        "a weight, as transformers' modules); attention rows (each kv head's "
+                        "query heads as its query rows), gqa (SDPA's enable_gqa) or expand "
+                        "(K and V repeated to every query head, transformers' repeat_kv)")
     p.add_argument("--peak-tflops", type=float, default=989.4,
                    help="compute ceiling for percentages (H100 SXM dense fp16 datasheet figure)")
     return p.parse_args()
@@ -343,22 +351,42 @@ def bench_batched(torch, args):
         half = x.shape[-1] // 2
         return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
 
-    def step(B):
+    # The separate projections are row slices of the stacked weights (the same bytes, one
+    # matmul each).
+    forms = [f.split("-") for f in args.peer_forms.split(",")]
+    for projections, attention in forms:
+        if projections not in ("fused", "separate") or attention not in ("rows", "gqa", "expand"):
+            raise ValueError(f"--peer-forms: unknown form {projections}-{attention}")
+
+    def step(B, projections="fused", attention="rows"):
         tokens = ids[:B]
         x = embed[tokens]
         for layer, p in enumerate(layers):
             h = F.rms_norm(x, (H,), p["ln1"], eps)
-            q, k, v = (h @ p["wqkv"].t()).split([NH * D, KVH * D, KVH * D], dim=-1)
+            if projections == "fused":
+                q, k, v = (h @ p["wqkv"].t()).split([NH * D, KVH * D, KVH * D], dim=-1)
+            else:
+                q, k, v = (h @ w.t() for w in p["wqkv"].split([NH * D, KVH * D, KVH * D]))
             q = rope(F.rms_norm(q.view(B, NH, D), (D,), p["qn"], eps))
             k = rope(F.rms_norm(k.view(B, KVH, D), (D,), p["kn"], eps))
             kc, vc = kcache[layer][:B], vcache[layer][:B]
             kc[:, :, ctx] = k
             vc[:, :, ctx] = v.view(B, KVH, D)
-            # Query heads j*G .. j*G+G-1 share kv head j: they are that head's G query rows.
-            o = F.scaled_dot_product_attention(q.view(B, KVH, G, D), kc, vc)
+            if attention == "rows":
+                # Query heads j*G .. j*G+G-1 share kv head j: they are that head's G query rows.
+                o = F.scaled_dot_product_attention(q.view(B, KVH, G, D), kc, vc)
+            elif attention == "gqa":
+                o = F.scaled_dot_product_attention(q.view(B, NH, 1, D), kc, vc, enable_gqa=True)
+            else:
+                o = F.scaled_dot_product_attention(q.view(B, NH, 1, D),
+                                                   kc.repeat_interleave(G, dim=1),
+                                                   vc.repeat_interleave(G, dim=1))
             x = x + o.reshape(B, NH * D) @ p["wo"].t()
             h = F.rms_norm(x, (H,), p["ln2"], eps)
-            gate, up = (h @ p["wgu"].t()).chunk(2, dim=-1)
+            if projections == "fused":
+                gate, up = (h @ p["wgu"].t()).chunk(2, dim=-1)
+            else:
+                gate, up = (h @ w.t() for w in p["wgu"].chunk(2))
             x = x + (F.silu(gate) * up) @ p["wd"].t()
         logits = F.rms_norm(x, (H,), final_norm, eps) @ lm_head.t()
         tokens.copy_(logits.argmax(-1))
@@ -366,17 +394,17 @@ def bench_batched(torch, args):
     weight_bytes = 2.0 * (sum(t.numel() for p in layers for t in p.values()) + V * H + H)
     rows = []
     with torch.inference_mode():
-        for B in batches:
+        for (projections, attention), B in ((f, B) for f in forms for B in batches):
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up (cuBLAS handles, workspaces) off the capture stream
                 for _ in range(2):
-                    step(B)
+                    step(B, projections, attention)
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                step(B)
+                step(B, projections, attention)
 
             def run(n):
                 torch.cuda.synchronize()
@@ -389,7 +417,10 @@ def bench_batched(torch, args):
             run(3)
             seconds = statistics.median(run(args.steps) for _ in range(3))
             kv_bytes = 2.0 * L * B * (ctx + 1) * KVH * D * 2
-            rows.append({"peer": "torch-graph-decode", "batch": B, "context": ctx,
+            name = "torch-graph-decode"
+            if (projections, attention) != ("fused", "rows"):
+                name += f" ({projections}-{attention})"
+            rows.append({"peer": name, "batch": B, "context": ctx,
                          "ms_per_step": seconds * 1e3, "output_tok_s": B / seconds,
                          "bytes_per_step": weight_bytes + kv_bytes,
                          "gb_s": (weight_bytes + kv_bytes) / seconds / 1e9, "steps": args.steps,

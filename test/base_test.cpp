@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kuiper/base/allocator.h"
 #include "kuiper/base/dtype.h"
 #include "kuiper/tensor/tensor.h"
 #include "support/assertions.h"
@@ -87,20 +86,6 @@ TEST(Tensor, RowsShareMemoryAndReshapeChecksCount) {
   EXPECT_EQ(r.data<float>()[0], 6.0f);
   EXPECT_OK(t->reshape({3, 4}));
   EXPECT_FALSE(t->reshape({5, 2}).ok());
-}
-
-// copy_rows takes each row's first row_bytes from one pitch to another and leaves the rest of
-// each destination row as it was; a row wider than a pitch is refused.
-TEST(CopyRows, CopiesThePrefixOfEachRowBetweenPitches) {
-  const std::vector<int32_t> src = {1, 2, 3, 4, 5, 6};  // 3 rows of 2
-  std::vector<int32_t> dst(12, -7);                     // 3 rows of 4
-  const size_t i4 = sizeof(int32_t);
-  ASSERT_OK(copy_rows(dst.data(), 4 * i4, DeviceType::kCpu, src.data(), 2 * i4,
-                      DeviceType::kCpu, 2 * i4, 3));
-  EXPECT_EQ(dst, (std::vector<int32_t>{1, 2, -7, -7, 3, 4, -7, -7, 5, 6, -7, -7}));
-  const Status wide = copy_rows(dst.data(), 4 * i4, DeviceType::kCpu, src.data(), 2 * i4,
-                                DeviceType::kCpu, 3 * i4, 3);
-  EXPECT_EQ(wide.message(), "copy of rows of 12 bytes between pitches of 8 and 16");
 }
 
 TEST(Tensor, CudaIsAClearErrorWithoutAGpu) {

@@ -71,30 +71,4 @@ Status copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType 
 #endif
 }
 
-Status copy_rows(void* dst, size_t dst_pitch, DeviceType dst_device, const void* src,
-                 size_t src_pitch, DeviceType src_device, size_t row_bytes, size_t rows) {
-  if (row_bytes == 0 || rows == 0) return Status::Ok();
-  if (row_bytes > dst_pitch || row_bytes > src_pitch) {
-    return Status::Error("copy of rows of " + std::to_string(row_bytes) +
-                         " bytes between pitches of " + std::to_string(src_pitch) + " and " +
-                         std::to_string(dst_pitch));
-  }
-  if (dst_device == DeviceType::kCpu && src_device == DeviceType::kCpu) {
-    for (size_t i = 0; i < rows; ++i) {
-      std::memcpy(static_cast<char*>(dst) + i * dst_pitch,
-                  static_cast<const char*>(src) + i * src_pitch, row_bytes);
-    }
-    return Status::Ok();
-  }
-#ifdef KUIPER_WITH_CUDA
-  // As copy_bytes: on the engine stream, then waited for.
-  KUIPER_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
-                                      cudaMemcpyDefault, cuda::stream()));
-  KUIPER_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));
-  return Status::Ok();
-#else
-  return Status::Error("this build of Kuiper has no CUDA support");
-#endif
-}
-
 }  // namespace kuiper

@@ -35,11 +35,6 @@ Result<Allocator*> allocator_for(DeviceType device);
 Status copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
                   size_t bytes);
 
-// Copies `rows` rows of row_bytes each, row i from src + i * src_pitch to dst + i * dst_pitch
-// (cudaMemcpy2D when either side is CUDA): a part of each row of a wider table in one copy.
-Status copy_rows(void* dst, size_t dst_pitch, DeviceType dst_device, const void* src,
-                 size_t src_pitch, DeviceType src_device, size_t row_bytes, size_t rows);
-
 // Whether this build has CUDA and a GPU is usable (tests use it to skip with a reason).
 bool cuda_available();
 

@@ -742,8 +742,8 @@ void QwenModel::stage(const SequenceInput& s, const ImageRows* image, int64_t t,
   pass->sequences += 1;
   pass->max_queries = std::max(pass->max_queries, n);
   pass->max_keys = std::max(pass->max_keys, s.start + t + n);
-  pass->table_entries =
-      std::max(pass->table_entries, static_cast<int64_t>(st.blocks.back().size()));
+  pass->table_width =
+      std::max(pass->table_width, static_cast<int64_t>(st.blocks.back().size()));
 }
 
 void QwenModel::stage_padding(Pass* pass, int64_t sequences) {
@@ -762,19 +762,24 @@ void QwenModel::stage_padding(Pass* pass, int64_t sequences) {
   }
 }
 
+namespace {
+
+// Copies n host int32 values into the first n entries of a tensor (any device).
+Status upload_ints(const Tensor& dst, const int32_t* src, int64_t n) {
+  Tensor host = Tensor::view(const_cast<int32_t*>(src), {n}, DataType::kInt32, DeviceType::kCpu);
+  Tensor rows = dst.rows(0, n);
+  return rows.copy_from(host);
+}
+
+}  // namespace
+
 Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
   Staging& st = staging_;
-  const int64_t T = pass.T, S = pass.sequences, W = pass.table_width, E = pass.table_entries;
+  const int64_t T = pass.T, S = pass.sequences, W = pass.table_width;
   const int64_t axes = config_.is_mrope() ? 3 : 1;
   st.query_begin.push_back(static_cast<int32_t>(T));
   const Workspace::Offsets& at = ws.offsets;
-  // The inputs before the tables as they lie in the workspace, then the tables' [S, E] used
-  // entries. Where the workspace's rows are much wider (a decode graph's tables span the whole
-  // context: at 4096 tokens 256 entries a sequence, most of them never read), only the used
-  // entries go up, as a second, pitched copy; else the whole [S, W] in one copy.
-  const bool pitched = (W - E) * S * static_cast<int64_t>(sizeof(int32_t)) > kPitchedTableBytes;
-  const int64_t stride = pitched ? E : W;
-  st.host.resize(static_cast<size_t>(at.block_tables + S * stride));
+  st.host.resize(static_cast<size_t>(at.block_tables + S * W));
   auto put = [&](int64_t offset, const std::vector<int32_t>& v, int64_t n) {
     std::copy(v.begin(), v.begin() + n, st.host.begin() + offset);
   };
@@ -790,23 +795,13 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
           st.rope[static_cast<size_t>(t * axes + a)];
     }
   }
-  // Entries past a sequence's blocks name the pad block (never read); in a pitched copy the
-  // entries past E keep what an earlier pass wrote, never read either.
+  // [S, W] block tables; entries past a sequence's blocks name the pad block (never read).
   std::fill(st.host.begin() + at.block_tables, st.host.end(), pad_block_);
   for (int64_t i = 0; i < S; ++i) {
     const Span<const int32_t>& b = st.blocks[static_cast<size_t>(i)];
-    std::copy(b.begin(), b.end(), st.host.begin() + at.block_tables + i * stride);
+    std::copy(b.begin(), b.end(), st.host.begin() + at.block_tables + i * W);
   }
-  const int64_t head = pitched ? at.block_tables : static_cast<int64_t>(st.host.size());
-  Tensor host = Tensor::view(st.host.data(), {head}, DataType::kInt32, DeviceType::kCpu);
-  Tensor dst = ws.inputs.rows(0, head);
-  KUIPER_RETURN_IF_ERROR(dst.copy_from(host));
-  if (!pitched) return Status::Ok();
-  constexpr size_t kInt = sizeof(int32_t);
-  return copy_rows(ws.block_tables.data<int32_t>(), static_cast<size_t>(W) * kInt,
-                   ws.block_tables.device(), st.host.data() + at.block_tables,
-                   static_cast<size_t>(E) * kInt, DeviceType::kCpu,
-                   static_cast<size_t>(E) * kInt, static_cast<size_t>(S));
+  return upload_ints(ws.inputs, st.host.data(), static_cast<int64_t>(st.host.size()));
 }
 
 Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
@@ -861,7 +856,7 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
     if (bucket > 0) {
       stage_padding(&pass, bucket - pass.sequences);
       pass.logit_rows = bucket;
-      pass.table_width = table_width_;  // the graph's tables are as wide as the context
+      pass.table_width = table_width_;
       pass.max_queries = 1;
       pass.max_keys = table_width_ * kv_block_size();
       const Workspace& ws = bucket == 1 ? decode_ws_ : batch_ws_;
@@ -875,7 +870,6 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
         KUIPER_RETURN_IF_ERROR(dst.copy_from(graph_rows));
       }
     } else {
-      pass.table_width = pass.table_entries;
       const Workspace& ws = pass.T == 1 ? decode_ws_ : batch_ws_;
       KUIPER_RETURN_IF_ERROR(upload(ws, pass));
       KUIPER_RETURN_IF_ERROR(run_forward(ws, pass, R > 0 ? logits_.rows(out_row, R) : Tensor()));

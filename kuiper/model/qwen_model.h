@@ -118,8 +118,7 @@ class QwenModel : public Model {
   struct Pass {
     int64_t T = 0;
     int64_t sequences = 0;
-    int64_t table_width = 0;    // block-table entries per sequence in the workspace
-    int64_t table_entries = 0;  // the most entries a sequence of the pass uses (<= table_width)
+    int64_t table_width = 0;  // block-table entries per sequence
     int64_t max_queries = 0, max_keys = 0;
     // Every sequence has one row (decode attention; the graphs serve these).
     bool decode = false;
@@ -169,9 +168,6 @@ class QwenModel : public Model {
              Pass* pass);
   // Uploads the staged pass into `ws`.
   Status upload(const Workspace& ws, const Pass& pass);
-  // Pad entries past which a pass's block tables go up as a second, pitched copy of only the
-  // used entries (a copy's fixed cost is a few microseconds; 32 KB take about as long).
-  static constexpr int64_t kPitchedTableBytes = 32 << 10;
   // Runs a staged decode pass through the graph of its bucket (captured on first use), its
   // logits in graph_logits_; `bucket` rows were staged (the padding included).
   Status run_decode_graph(const Pass& pass, int64_t bucket);
