@@ -106,6 +106,21 @@ TEST(ThroughputCli, RequestsShorterThanTheWarmUpsFit) {
   EXPECT_EQ(points[0]["itl_ms_p99"], 0.0) << "one token each: no gaps";
 }
 
+// --max-context, as the programs take it, widens each request's reach (and the decode graphs'
+// tables) but not the KV pool, which stays sized for the workload: the same tokens come out.
+TEST(ThroughputCli, MaxContextLeavesThePoolToTheWorkload) {
+  const CliResult sized = run_bench({"--concurrency", "2"});
+  const CliResult wide = run_bench({"--concurrency", "2", "--max-context", "2048"});
+  ASSERT_EQ(sized.exit_code, 0) << sized.err;
+  ASSERT_EQ(wide.exit_code, 0) << wide.err;
+  const std::vector<json> a = points_of(sized.out), b = points_of(wide.out);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0]["kv_blocks"], a[0]["kv_blocks"]);
+  EXPECT_EQ(b[0]["output_tokens"], a[0]["output_tokens"]);
+  EXPECT_EQ(b[0]["prompt_tokens"], a[0]["prompt_tokens"]);
+}
+
 TEST(ThroughputCli, BadFlagsAreOneClearError) {
   struct Bad {
     std::vector<std::string> args;
@@ -122,6 +137,8 @@ TEST(ThroughputCli, BadFlagsAreOneClearError) {
        "tokens (--input-len, --len-jitter, --shared-prefix and --output-len) do not fit the "
        "model's context of 2048 tokens"},
       {{"--input-len", "8", "--shared-prefix", "4000"}, "do not fit the model's context of 2048"},
+      {{"--max-context", "10"}, "--max-context 10 is shorter than the "},
+      {{"--max-context", "4096"}, "--max-context 4096 is past the model's context of 2048 tokens"},
   };
   for (const Bad& c : cases) {
     const CliResult r = run_bench(c.args);
