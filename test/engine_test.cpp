@@ -174,6 +174,79 @@ TEST(Engine, MixedBatchGivesEachPromptItsTokensAlone) {
   EXPECT_EQ(engine->pool().available(), engine->pool().blocks());  // every block given back
 }
 
+EngineOptions overlap(int64_t max_batch, int64_t max_batch_tokens, bool on) {
+  EngineOptions o = engine_options(max_batch, max_batch_tokens);
+  o.overlap_steps = on;
+  return o;
+}
+
+// Overlapped decode steps (EngineOptions::overlap_steps: the next step launched on the device's
+// tokens before the host reads them) give each request what the same batch stepped in turn
+// gives: requests ending on an end token or a stop string while the step after is already
+// launched, at their max_tokens and at the context's end, and arrivals taking freed places.
+TEST(Engine, OverlappedStepsGiveWhatStepsInTurnGive) {
+  GenerationOptions at_eos = greedy(20), at_stop = greedy(20), to_the_end = greedy(-1);
+  at_eos.ignore_eos = false;
+  at_stop.stop = {"9,"};  // two tokens (the Qwen tokenizer's ids 24 and 11)
+  const std::vector<Prompt> prompts = {
+      {ids_from(5, 1), at_eos},       {ids_from(7, 3), at_stop},  {ids_from(3, 2), greedy(9)},
+      {ids_from(40, 5), to_the_end},  {ids_from(6, 9), greedy(15)}, {ids_from(4, 11), greedy(3)},
+      {ids_from(9, 13), at_eos},
+  };
+  std::vector<Result<Generation>> got[2];
+  int64_t fed[2] = {0, 0};
+  for (int on = 0; on < 2; ++on) {
+    FakeModelShape shape = small_blocks(40);
+    shape.eos_token_ids = {7, 19, 23};
+    std::unique_ptr<FakeModel> model = FakeModel::create(shape);
+    std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, on == 1));
+    ASSERT_NE(engine, nullptr);
+    got[on] = run_all(*engine, prompts);
+    fed[on] = model->fed_steps();
+    EXPECT_EQ(engine->pool().available(), engine->pool().blocks());  // every block given back
+  }
+  expect_same_tokens(got[1], got[0]);
+  EXPECT_EQ(fed[0], 0);
+  EXPECT_GT(fed[1], 10);
+  // The cases the test means to cover did come up.
+  std::vector<FinishReason> reasons;
+  for (const Result<Generation>& g : got[1]) reasons.push_back(g->finish);
+  for (FinishReason want : {FinishReason::kEndToken, FinishReason::kStopString,
+                            FinishReason::kMaxTokens, FinishReason::kContextFull}) {
+    EXPECT_NE(std::find(reasons.begin(), reasons.end(), want), reasons.end())
+        << finish_reason_name(want);
+  }
+}
+
+// A request cancelled while a step holding it is in flight reports the tokens read so far; the
+// one beside it goes on to what it gives alone.
+TEST(Engine, CancelWhileAStepIsInFlight) {
+  std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks());
+  std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, true));
+  ASSERT_NE(engine, nullptr);
+  const Prompt kept = {ids_from(5, 1), greedy(12)};
+  Result<int64_t> a = engine->add_request(kept.ids, {}, kept.options);
+  Result<int64_t> b = engine->add_request(ids_from(6, 4), {}, greedy(12));
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  for (int i = 0; i < 50 && model->fed_steps() < 2; ++i) ASSERT_OK(engine->step());
+  ASSERT_EQ(model->fed_steps(), 2);
+  engine->cancel(*b);
+  std::vector<Result<Generation>> done(2, Status::Error("not finished"));
+  while (engine->unfinished() > 0) {
+    Result<std::vector<FinishedRequest>> finished = engine->step();
+    ASSERT_OK(finished);
+    for (FinishedRequest& f : *finished) done[f.id == *a ? 0 : 1] = std::move(f.generation);
+  }
+  ASSERT_OK(done[1]);
+  EXPECT_EQ(done[1]->finish, FinishReason::kInterrupted);
+  EXPECT_GE(done[1]->ids.size(), 2u);
+  EXPECT_LT(done[1]->ids.size(), 12u);
+  expect_same_tokens({std::move(done[0])},
+                     run_alone({kept}, [] { return FakeModel::create(small_blocks()); }));
+  EXPECT_EQ(engine->pool().available(), engine->pool().blocks());
+}
+
 TEST(Engine, PreemptionByATinyPoolGivesTheSameTokens) {
   // 6 blocks of 4 rows; each request grows to 5 + 12 tokens (5 blocks), so three at once must
   // take turns: the newest is preempted and recomputed later.
@@ -504,9 +577,11 @@ TEST(Engine, ThePrefixCacheTellsImagesApart) {
 // ---------------------------------------------------------------------------- tiny fixtures
 
 std::unique_ptr<Model> load_fixture(const std::string& fixture, int64_t sequences,
-                                    int64_t max_context, DeviceType device = DeviceType::kCpu) {
+                                    int64_t max_context, DeviceType device = DeviceType::kCpu,
+                                    bool cuda_graph = false) {
   ModelOptions options;
   options.device = device;
+  options.cuda_graph = cuda_graph;
   options.max_context = max_context;
   options.max_sequences = sequences;
   options.prefill_chunk = 16;
@@ -548,6 +623,29 @@ TEST(EngineFixture, MixedQwen3BatchGreedyMatchesEachAlone) {
   ASSERT_NE(model, nullptr);
   std::unique_ptr<Engine> engine = make_engine(*model, engine_options(4, 24));
   expect_same_tokens(run_all(*engine, prompts), alone);
+}
+
+// Overlapped greedy steps on the GPU through the decode graphs (each step's tokens fed on the
+// device into the next graph replay) give what each prompt gives alone, as the steps in turn do.
+TEST(EngineFixture, OverlappedGraphStepsOnCudaMatchEachAlone) {
+  SKIP_WITHOUT_CUDA();
+  const test::Golden g = test::Golden::load("qwen3-tiny");
+  const std::vector<int32_t>& chat = g.at("chat.ids").i32;
+  const std::vector<int32_t>& long_ids = g.at("long.ids").i32;
+  const std::vector<int32_t> b(long_ids.begin(), long_ids.begin() + 40);
+  const std::vector<int32_t> d(long_ids.begin() + 100, long_ids.begin() + 123);
+  const std::vector<Prompt> prompts = {{chat, greedy(12)}, {b, greedy(6)}, {d, greedy(9)},
+                                       {concat(chat, {151645, 198}), greedy(7)}, {b, greedy(10)}};
+  const std::vector<Result<Generation>> alone =
+      generate_alone("qwen3-tiny", prompts, DeviceType::kCuda);
+  for (const bool on : {false, true}) {
+    SCOPED_TRACE(on ? "overlapped" : "in turn");
+    // Three places for five requests: the last ones take the places the first ones free.
+    std::unique_ptr<Model> model = load_fixture("qwen3-tiny", 3, 192, DeviceType::kCuda, true);
+    ASSERT_NE(model, nullptr);
+    std::unique_ptr<Engine> engine = make_engine(*model, overlap(3, 64, on));
+    expect_same_tokens(run_all(*engine, prompts), alone);
+  }
 }
 
 TEST(EngineFixture, SeededQwen3SamplingAloneEqualsInABatch) {

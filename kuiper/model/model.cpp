@@ -104,7 +104,26 @@ Result<std::unique_ptr<Model>> Model::random(const ModelConfig& config,
 
 Result<Tensor> Model::forward(Span<const SequenceInput> batch) {
   KUIPER_RETURN_IF_ERROR(check_batch(batch));
-  return run_batch(batch);
+  return run_batch(batch, nullptr);
+}
+
+Result<Tensor> Model::forward(Span<const SequenceInput> batch, const Tensor& tokens) {
+  KUIPER_RETURN_IF_ERROR(check_batch(batch));
+  const int64_t n = static_cast<int64_t>(batch.size());
+  if (tokens.dtype() != DataType::kInt32 || tokens.device() != options_.device ||
+      tokens.numel() < n) {
+    return Status::Error("forward: the step's tokens " + tokens.describe() + " are not " +
+                         std::to_string(n) + " int32 ids on the " +
+                         device_name(options_.device));
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].tokens.size() != 1 || batch[i].image != nullptr) {
+      return Status::Error("forward: entry " + std::to_string(i) +
+                           " is not one text token, and a step's tokens on the device are a "
+                           "decode step's");
+    }
+  }
+  return run_batch(batch, &tokens);
 }
 
 Result<Tensor> Model::forward(const std::vector<int32_t>& ids, int64_t start, bool all_logits) {

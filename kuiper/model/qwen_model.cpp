@@ -804,7 +804,7 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
   return upload_ints(ws.inputs, st.host.data(), static_cast<int64_t>(st.host.size()));
 }
 
-Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
+Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch, const Tensor* tokens) {
   // The image features first (converted to the activation dtype where needed): a failure here
   // leaves the cache as it was.
   std::vector<ImageRows> images;
@@ -841,8 +841,20 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
   Pass pass;
   int64_t out_row = 0;
   Tensor result;
+  // Decode steps fed on the device (forward(batch, tokens)): each entry is one row, so a pass's
+  // sequences are entries [fed, fed + sequences) and take those tokens in place of the uploaded
+  // ids.
+  int64_t fed = 0;
+  auto feed = [&](const Workspace& ws, int64_t sequences) -> Status {
+    if (tokens == nullptr) return Status::Ok();
+    Tensor ids = ws.ids.rows(0, sequences);
+    KUIPER_RETURN_IF_ERROR(ids.copy_from(tokens->rows(fed, sequences)));
+    fed += sequences;
+    return Status::Ok();
+  };
   auto flush = [&]() -> Status {
     if (pass.T == 0) return Status::Ok();
+    const int64_t sequences = pass.sequences;  // before any padding
     const int64_t R = static_cast<int64_t>(staging_.logit_index.size());
     pass.logit_rows = R;
     pass.decode = pass.T == pass.sequences;
@@ -861,6 +873,7 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
       pass.max_keys = table_width_ * kv_block_size();
       const Workspace& ws = bucket == 1 ? decode_ws_ : batch_ws_;
       KUIPER_RETURN_IF_ERROR(upload(ws, pass));
+      KUIPER_RETURN_IF_ERROR(feed(ws, sequences));
       KUIPER_RETURN_IF_ERROR(run_decode_graph(pass, bucket));
       Tensor graph_rows = (bucket == 1 ? decode_ws_.logits : graph_logits_).rows(0, R);
       if (out_row == 0 && R == rows) {
@@ -872,6 +885,7 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch) {
     } else {
       const Workspace& ws = pass.T == 1 ? decode_ws_ : batch_ws_;
       KUIPER_RETURN_IF_ERROR(upload(ws, pass));
+      KUIPER_RETURN_IF_ERROR(feed(ws, sequences));
       KUIPER_RETURN_IF_ERROR(run_forward(ws, pass, R > 0 ? logits_.rows(out_row, R) : Tensor()));
     }
     out_row += R;

@@ -51,7 +51,7 @@ class QwenModel : public Model {
   int64_t weight_bytes() const { return weight_bytes_; }
 
  protected:
-  Result<Tensor> run_batch(Span<const SequenceInput> batch) override;
+  Result<Tensor> run_batch(Span<const SequenceInput> batch, const Tensor* tokens) override;
 
  private:
   struct Layer {

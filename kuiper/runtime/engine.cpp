@@ -107,7 +107,8 @@ Engine::Engine(Model& model, Tokenizer tokenizer, const EngineOptions& options)
       tokenizer_(std::move(tokenizer)),
       max_context_(std::min(model.max_context(), model.kv_blocks() * model.kv_block_size())),
       pool_(model.kv_block_size(), model.kv_blocks()),
-      scheduler_(pool_, SchedulerOptions{options.max_batch, options.max_batch_tokens}) {
+      scheduler_(pool_, SchedulerOptions{options.max_batch, options.max_batch_tokens}),
+      overlap_steps_(options.overlap_steps) {
   for (int64_t id : model_.config().eos_token_ids) end_tokens_.insert(static_cast<int32_t>(id));
   for (const char* name : {"<|im_end|>", "<|endoftext|>"}) {
     if (std::optional<int32_t> id = tokenizer_.token_id(name)) end_tokens_.insert(*id);
@@ -185,6 +186,16 @@ void Engine::cancel(int64_t id) {
   }
 }
 
+void Engine::finish_cancelled(std::vector<FinishedRequest>* finished) {
+  if (cancelled_ == 0) return;  // a walk over every request only when one was cancelled
+  std::vector<Request*> cancelled;
+  for (const auto& [id, request] : requests_) {
+    if (request->cancelled) cancelled.push_back(request.get());
+  }
+  for (Request* r : cancelled) finish(*r, FinishReason::kInterrupted, finished);
+  cancelled_ = 0;
+}
+
 Status Engine::prepare(Request& r, const ScheduledSpan& span, Entry* entry) {
   const Sequence& s = r.sequence;
   SequenceInput& in = entry->input;
@@ -256,23 +267,37 @@ int64_t Engine::live_tokens() {
 
 Result<std::vector<FinishedRequest>> Engine::step() {
   std::vector<FinishedRequest> finished;
-  if (cancelled_ > 0) {  // a walk over every request only when one was cancelled
-    std::vector<Request*> cancelled;
-    for (const auto& [id, request] : requests_) {
-      if (request->cancelled) cancelled.push_back(request.get());
-    }
-    for (Request* r : cancelled) finish(*r, FinishReason::kInterrupted, &finished);
-    cancelled_ = 0;
+  StepStats read;  // the step (or steps) whose tokens this call reads
+  bool launched = false;
+  if (in_flight_) {
+    // The last step's tokens are still on their way: launch the step after it on them (where
+    // that step is sure to come next), then read them and advance their requests while the
+    // device works.
+    const Clock::time_point start = Clock::now();
+    Launched last = std::move(*in_flight_);
+    in_flight_.reset();
+    KUIPER_ASSIGN_OR_RETURN(in_flight_, launch_next(last));
+    launched = in_flight_.has_value();
+    KUIPER_RETURN_IF_ERROR(collect(last, launched, &finished));
+    read = last.stats;
+    read.forward_seconds = seconds_between(start, Clock::now());
   }
+  finish_cancelled(&finished);
+  if (!launched) KUIPER_RETURN_IF_ERROR(schedule_and_run(&read, &finished));
+  last_step_ = read;
+  last_step_.used_blocks = pool_.blocks() - pool_.available();
+  return finished;
+}
 
+Status Engine::schedule_and_run(StepStats* read, std::vector<FinishedRequest>* finished) {
   const std::vector<ScheduledSpan> spans = scheduler_.schedule();
-  last_step_ = StepStats();
+  StepStats stats;
   for (const ScheduledSpan& span : spans) {
     const bool decode = span.count == 1 && span.samples();
-    (decode ? last_step_.decode_tokens : last_step_.prefill_tokens) += span.count;
+    (decode ? stats.decode_tokens : stats.prefill_tokens) += span.count;
   }
   if (spans.empty()) {
-    if (scheduler_.idle()) return finished;
+    if (scheduler_.idle()) return Status::Ok();
     return Status::Error("engine: " + std::to_string(scheduler_.waiting()) +
                          " requests wait but none fits in the KV pool of " +
                          std::to_string(pool_.blocks()) + " blocks");
@@ -291,34 +316,144 @@ Result<std::vector<FinishedRequest>> Engine::step() {
     entries[i].span = spans[i];
     const Status prepared = prepare(r, spans[i], &entries[i]);
     if (!prepared.ok()) {
-      fail(r, prepared, &finished);
+      fail(r, prepared, finished);
       continue;
     }
     ready.push_back(&entries[i]);
   }
-  if (ready.empty()) return finished;
+  if (ready.empty()) return Status::Ok();
   const Clock::time_point forward_start = Clock::now();
-  const Status status = run(ready, &finished);
-  last_step_.forward_seconds = seconds_between(forward_start, Clock::now());
-  last_step_.used_blocks = pool_.blocks() - pool_.available();
+  const Status status = run(ready, finished, /*may_overlap=*/true);
+  stats.forward_seconds = seconds_between(forward_start, Clock::now());
+  if (in_flight_) {
+    in_flight_->stats = stats;  // the call that reads its tokens reports it
+  } else {
+    read->decode_tokens += stats.decode_tokens;
+    read->prefill_tokens += stats.prefill_tokens;
+    read->forward_seconds += stats.forward_seconds;
+  }
   if (!status.ok()) {
     if (ready.size() == 1) {
-      fail(*ready[0]->request, status, &finished);
+      fail(*ready[0]->request, status, finished);
     } else {
       // A failed forward wrote nothing that any request counts on: run each span alone to find
       // whose it was (check_batch names an entry, but not every error can).
       for (Entry* e : ready) {
         const std::vector<Entry*> one = {e};
-        const Status alone = run(one, &finished);
-        if (!alone.ok()) fail(*e->request, alone, &finished);
+        const Status alone = run(one, finished, /*may_overlap=*/false);
+        if (!alone.ok()) fail(*e->request, alone, finished);
       }
     }
   }
-  return finished;
+  return Status::Ok();
 }
 
-Status Engine::run(const std::vector<Entry*>& entries,
-                   std::vector<FinishedRequest>* finished) {
+Status Engine::launch(const std::vector<Entry*>& entries, const Tensor* fed, Launched* step) {
+  std::vector<SequenceInput> batch;
+  batch.reserve(entries.size());
+  for (const Entry* e : entries) batch.push_back(e->input);
+  KUIPER_ASSIGN_OR_RETURN(const Tensor logits,
+                          fed != nullptr ? model_.forward(batch, *fed) : model_.forward(batch));
+  const int slot = next_slot_;
+  next_slot_ ^= 1;
+  const int64_t n = logits.dim(0);
+  Tensor& tokens = step_tokens_[slot];
+  if (!tokens.defined() || tokens.device() != logits.device() || tokens.numel() < n) {
+    KUIPER_ASSIGN_OR_RETURN(tokens, Tensor::empty({n}, DataType::kInt32, logits.device()));
+  }
+  Tensor rows = tokens.rows(0, n);
+  KUIPER_RETURN_IF_ERROR(op::argmax(logits, rows));
+  KUIPER_RETURN_IF_ERROR(reads_[slot].start(rows.raw(), rows.device(),
+                                            static_cast<size_t>(n) * sizeof(int32_t)));
+  step->slot = slot;
+  step->ids.clear();
+  step->spans.clear();
+  for (const Entry* e : entries) {
+    step->ids.push_back(e->request->sequence.id);
+    step->spans.push_back(e->span);
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<Engine::Launched>> Engine::launch_next(Launched& last) {
+  // Every running request is a row of `last` (none finished on the tokens read before, none
+  // admitted since) and none is sure to end on the token it is about to get.
+  if (!overlap_steps_ || cancelled_ > 0 || scheduler_.running() != last.ids.size()) {
+    return std::optional<Launched>();
+  }
+  std::vector<Request*> rows;
+  for (const int64_t id : last.ids) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) return std::optional<Launched>();
+    const Request& r = *it->second;
+    const auto generated = static_cast<int64_t>(r.out.ids.size());
+    if (r.options.max_tokens > 0 && generated + 1 >= r.options.max_tokens) {
+      return std::optional<Launched>();
+    }
+    if (r.sequence.size() >= max_context_) return std::optional<Launched>();  // its last token
+    rows.push_back(it->second.get());
+  }
+  for (const ScheduledSpan& span : last.spans) scheduler_.completed(span);
+  last.completed = true;
+  if (!scheduler_.decodes_all_next()) return std::optional<Launched>();
+  // Each sequence takes a placeholder for the token on the device (collect puts the real one in
+  // its place); the scheduler then gives each its one decode span, in the same order.
+  for (Request* r : rows) r->sequence.append(0);
+  const std::vector<ScheduledSpan> spans = scheduler_.schedule();
+  std::vector<Entry> entries(spans.size());
+  std::vector<Entry*> ready;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans.size() != rows.size() || spans[i].sequence != &rows[i]->sequence ||
+        spans[i].count != 1) {
+      return Status::Error("engine: the step after an overlapped one is not its requests' "
+                           "decode tokens");
+    }
+    entries[i].request = rows[i];
+    entries[i].span = spans[i];
+    KUIPER_RETURN_IF_ERROR(prepare(*rows[i], spans[i], &entries[i]));
+    ready.push_back(&entries[i]);
+  }
+  Launched next;
+  KUIPER_RETURN_IF_ERROR(launch(ready, &step_tokens_[last.slot], &next));
+  next.stats.decode_tokens = static_cast<int64_t>(ready.size());
+  return std::optional<Launched>(std::move(next));
+}
+
+Status Engine::collect(Launched& step, bool next_launched,
+                       std::vector<FinishedRequest>* finished) {
+  KUIPER_ASSIGN_OR_RETURN(const void* host, reads_[step.slot].wait());
+  const std::vector<int32_t> tokens(static_cast<const int32_t*>(host),
+                                    static_cast<const int32_t*>(host) + step.ids.size());
+  for (size_t i = 0; i < step.ids.size(); ++i) {
+    const auto it = requests_.find(step.ids[i]);
+    if (it == requests_.end()) continue;  // it ended on the tokens read before: its row is unused
+    Request& r = *it->second;
+    if (!step.completed) scheduler_.completed(step.spans[i]);
+    if (next_launched) {  // the placeholder gives way to the token
+      r.sequence.tokens.pop_back();
+      r.sequence.keys.pop_back();
+    }
+    advance(r, tokens[i], nullptr, finished);
+  }
+  return Status::Ok();
+}
+
+Status Engine::run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished,
+                   bool may_overlap) {
+  // A step of decode rows that all take the arg-max leaves its tokens on the device, so that the
+  // next call can launch the step after it before reading them.
+  bool overlap = may_overlap && overlap_steps_;
+  for (const Entry* e : entries) {
+    const Request& r = *e->request;
+    overlap = overlap && e->span.count == 1 && e->input.logits == LogitRows::kLast &&
+              e->input.image == nullptr && plain_argmax(r.sampler) && r.options.logprobs < 0;
+  }
+  if (overlap) {
+    Launched step;
+    KUIPER_RETURN_IF_ERROR(launch(entries, nullptr, &step));
+    in_flight_ = std::move(step);
+    return Status::Ok();
+  }
   std::vector<SequenceInput> batch;
   batch.reserve(entries.size());
   for (const Entry* e : entries) batch.push_back(e->input);

@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "kuiper/base/pending_read.h"
 #include "kuiper/model/model.h"
 #include "kuiper/model/rope_index.h"
 #include "kuiper/op/ops.h"
@@ -34,9 +35,18 @@ namespace kuiper {
 struct EngineOptions {
   int64_t max_batch = 8;            // requests running at once; at least 1
   int64_t max_batch_tokens = 2048;  // tokens one step runs; at least 1
+  // Overlapped decode steps (vLLM's asynchronous scheduling): a decode step whose every request
+  // takes the arg-max (greedy, no penalties, no log-probabilities) leaves its tokens on the
+  // device, and where the next step is sure to be the same requests each one token on, that
+  // step is launched on those tokens before the host reads them. The host's work between steps
+  // (streaming text, finishing, scheduling) then runs while the device computes. A request that
+  // ends on a token read late (an end token, a stop string) leaves its row of the step already
+  // launched unused.
+  bool overlap_steps = true;
 };
 
-// What the last step ran, and the KV pool after it.
+// What the last step ran, and the KV pool after it. With overlapped steps, the step whose tokens
+// the call read (a call that only launched one reports none).
 struct StepStats {
   int64_t decode_tokens = 0;   // sequences that ran one token to sample the next
   int64_t prefill_tokens = 0;  // prompt tokens run (and recomputed ones after a preemption)
@@ -77,7 +87,8 @@ class Engine {
   // Unknown ids are ignored.
   void cancel(int64_t id);
 
-  // Runs one step and returns the requests that finished in it. A request's own failure (an
+  // Runs one step and returns the requests that finished in it (with overlapped steps: launches
+  // one and reads the tokens of the one before). A request's own failure (an
   // image the vision tower refuses, a model error in its span) finishes that request with the
   // error; the others go on. An error here means the engine itself cannot go on.
   Result<std::vector<FinishedRequest>> step();
@@ -113,10 +124,38 @@ class Engine {
 
   Engine(Model& model, Tokenizer tokenizer, const EngineOptions& options);
 
+  // A step as the scheduler picks it: its spans prepared and run (or left in flight); a step
+  // run here adds its figures to `read`.
+  Status schedule_and_run(StepStats* read, std::vector<FinishedRequest>* finished);
+  // Finishes the requests cancel() marked (kInterrupted).
+  void finish_cancelled(std::vector<FinishedRequest>* finished);
   // The model input of `span` in entry->input (images encoded on first need).
   Status prepare(Request& request, const ScheduledSpan& span, Entry* entry);
-  // Runs `entries` in one forward, then samples and advances every request whose span sampled.
-  Status run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished);
+  // A decode step launched whose tokens the host has not read: each row's request and span,
+  // its tokens in step_tokens_[slot] on the device and on their way to the host in reads_[slot].
+  struct Launched {
+    std::vector<int64_t> ids;
+    std::vector<ScheduledSpan> spans;
+    int slot = 0;
+    bool completed = false;  // the scheduler has been told its spans ran
+    StepStats stats;
+  };
+
+  // Runs `entries` in one forward, then samples and advances every request whose span sampled;
+  // or, where `may_overlap` and every entry is a decode row taking the arg-max, leaves the step
+  // in flight (in_flight_) with its tokens on the device.
+  Status run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished,
+             bool may_overlap);
+  // One forward over `entries` (decode rows; fed: their tokens on the device), its arg-max into
+  // the next token slot and the copy of it to the host started.
+  Status launch(const std::vector<Entry*>& entries, const Tensor* fed, Launched* step);
+  // After `last`, the same requests each one token on, launched on last's tokens on the device
+  // (each sequence holding a placeholder token until they are read); none where that step is
+  // not sure to be the next one.
+  Result<std::optional<Launched>> launch_next(Launched& last);
+  // Reads `step`'s tokens and advances its requests (those that finished meanwhile skipped);
+  // next_launched: each still holds the placeholder launch_next gave it.
+  Status collect(Launched& step, bool next_launched, std::vector<FinishedRequest>* finished);
   // op::sample_rows over `logits` and its tokens copied to the host, in `rows` order.
   Status sample_batch(const Tensor& logits, const std::vector<op::SampleRow>& rows,
                       const std::vector<int32_t>& recent, std::vector<int32_t>* tokens);
@@ -146,6 +185,13 @@ class Engine {
   int64_t next_id_ = 1;
   int64_t cancelled_ = 0;  // requests cancel() marked since the last step finished them
   StepStats last_step_;
+  bool overlap_steps_;
+  // Overlapped steps: two token slots, so a step's arg-max does not overwrite the tokens the one
+  // before still feeds; the reads last, so they wait for their copies before the slots go.
+  std::optional<Launched> in_flight_;
+  Tensor step_tokens_[2];
+  PendingRead reads_[2];
+  int next_slot_ = 0;
 };
 
 }  // namespace kuiper

@@ -77,7 +77,8 @@ Result<ImageFeatures> FakeModel::encode_images(const ImagePixels& images) {
   return out;
 }
 
-Result<Tensor> FakeModel::run_batch(Span<const SequenceInput> batch) {
+Result<Tensor> FakeModel::run_batch(Span<const SequenceInput> batch, const Tensor* tokens) {
+  if (tokens != nullptr) ++fed_steps_;
   const int64_t V = config_.vocab_size, bs = kv_block_size();
   int64_t rows = 0;
   for (const SequenceInput& s : batch) rows += logit_rows(s);
@@ -85,7 +86,8 @@ Result<Tensor> FakeModel::run_batch(Span<const SequenceInput> batch) {
                                                        DataType::kFp32));
   std::vector<std::pair<int64_t, int64_t>> spans;
   int64_t row = 0;
-  for (const SequenceInput& s : batch) {
+  for (size_t entry = 0; entry < batch.size(); ++entry) {
+    const SequenceInput& s = batch[entry];
     const int64_t T = static_cast<int64_t>(s.tokens.size());
     spans.emplace_back(s.start, T);
     auto cell = [&](int64_t position) -> uint64_t& {
@@ -95,7 +97,9 @@ Result<Tensor> FakeModel::run_batch(Span<const SequenceInput> batch) {
     // Writes every row of the span, then reads back the prefix of each row that wants logits.
     int64_t pad = 0;
     for (int64_t t = 0; t < T; ++t) {
-      const int32_t id = s.tokens[static_cast<size_t>(t)];
+      // A step fed on the device reads its tokens there; the entries' own are placeholders.
+      const int32_t id = tokens != nullptr ? tokens->data<int32_t>()[entry]
+                                           : s.tokens[static_cast<size_t>(t)];
       uint64_t what = static_cast<uint64_t>(id);
       if (s.image != nullptr && id == config_.image_token_id) {
         what = (1ull << 40) | float_bits(s.image->embeds.data<float>()[(s.image_row + pad++) *

@@ -32,13 +32,15 @@ class FakeModel : public Model {
   int32_t image_pad_id() const { return static_cast<int32_t>(config_.image_token_id); }
   // Per forward(): its entries' (start, token count).
   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& batches() const { return batches_; }
+  // forward() calls whose tokens came on the device (a step fed by the one before).
+  int64_t fed_steps() const { return fed_steps_; }
   // Images encoded by encode_images() so far.
   int64_t encoded_images() const { return encoded_images_; }
 
   Result<ImageFeatures> encode_images(const ImagePixels& images) override;
 
  protected:
-  Result<Tensor> run_batch(Span<const SequenceInput> batch) override;
+  Result<Tensor> run_batch(Span<const SequenceInput> batch, const Tensor* tokens) override;
 
  private:
   FakeModel(ModelConfig config, const ModelOptions& options, int64_t block_size, int64_t blocks);
@@ -46,6 +48,7 @@ class FakeModel : public Model {
   std::vector<uint64_t> rows_;  // per pool row: the hash of what it holds; 0 never written
   std::vector<std::vector<std::pair<int64_t, int64_t>>> batches_;
   int64_t encoded_images_ = 0;
+  int64_t fed_steps_ = 0;
 };
 
 }  // namespace kuiper::test

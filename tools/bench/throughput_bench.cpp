@@ -105,6 +105,7 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
   EngineOptions engine_options;
   engine_options.max_batch = concurrency;
   engine_options.max_batch_tokens = FLAGS_max_batch_tokens;
+  engine_options.overlap_steps = FLAGS_overlap_steps;
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::create(model, tokenizer, engine_options));
   GenerationOptions options;
@@ -200,6 +201,7 @@ json point_row(const std::string& kind, const ThroughputSetup& setup, int64_t co
            {"len_jitter", FLAGS_len_jitter},
            {"shared_prefix", FLAGS_shared_prefix},
            {"max_batch_tokens", FLAGS_max_batch_tokens},
+           {"overlap_steps", FLAGS_overlap_steps},
            {"seconds", s.seconds},
            {"steps", s.steps},
            {"tokens_per_step", static_cast<double>(run_tokens) / static_cast<double>(s.steps)},
