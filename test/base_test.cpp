@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "kuiper/base/allocator.h"
 #include "kuiper/base/dtype.h"
 #include "kuiper/tensor/tensor.h"
 #include "support/assertions.h"
@@ -86,6 +88,36 @@ TEST(Tensor, RowsShareMemoryAndReshapeChecksCount) {
   EXPECT_EQ(r.data<float>()[0], 6.0f);
   EXPECT_OK(t->reshape({3, 4}));
   EXPECT_FALSE(t->reshape({5, 2}).ok());
+}
+
+TEST(Tensor, QueuedCopyIsWithinOneDeviceAndLandsBeforeLaterWork) {
+  std::vector<DeviceType> devices = {DeviceType::kCpu};
+  if (cuda_available()) devices.push_back(DeviceType::kCuda);
+  for (const DeviceType device : devices) {
+    Result<Tensor> host = Tensor::empty({1000}, DataType::kInt32);
+    ASSERT_OK(host);
+    for (int i = 0; i < 1000; ++i) host->data<int32_t>()[i] = 7 * i + 1;
+    Result<Tensor> src = host->to(device);
+    ASSERT_OK(src);
+    Result<Tensor> dst = Tensor::empty({1000}, DataType::kInt32, device);
+    ASSERT_OK(dst);
+    // Two queued copies into one place: the later one's bytes are what a later read sees.
+    Tensor first = src->rows(0, 500), second = src->rows(500, 500);
+    Tensor into = dst->rows(0, 500);
+    ASSERT_OK(into.queue_copy_from(first));
+    ASSERT_OK(into.queue_copy_from(second));
+    ASSERT_OK(dst->rows(500, 500).queue_copy_from(first));
+    Result<Tensor> back = dst->to(DeviceType::kCpu);  // a waited copy, queued after them
+    ASSERT_OK(back);
+    for (int i = 0; i < 500; ++i) {
+      ASSERT_EQ(back->data<int32_t>()[i], 7 * (i + 500) + 1) << device_name(device) << " " << i;
+      ASSERT_EQ(back->data<int32_t>()[500 + i], 7 * i + 1) << device_name(device) << " " << i;
+    }
+    EXPECT_FALSE(into.queue_copy_from(src->rows(0, 400)).ok());  // another shape
+    if (device == DeviceType::kCuda) {
+      EXPECT_FALSE(into.queue_copy_from(host->rows(0, 500)).ok());  // another device
+    }
+  }
 }
 
 TEST(Tensor, CudaIsAClearErrorWithoutAGpu) {

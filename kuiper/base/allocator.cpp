@@ -71,4 +71,18 @@ Status copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType 
 #endif
 }
 
+Status copy_bytes_queued(void* dst, const void* src, DeviceType device, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  if (device == DeviceType::kCpu) {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+#ifdef KUIPER_WITH_CUDA
+  KUIPER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda::stream()));
+  return Status::Ok();
+#else
+  return Status::Error("this build of Kuiper has no CUDA support");
+#endif
+}
+
 }  // namespace kuiper

@@ -35,6 +35,10 @@ Result<Allocator*> allocator_for(DeviceType device);
 Status copy_bytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
                   size_t bytes);
 
+// Copies bytes within one device without waiting: on CUDA the copy is queued on the engine
+// stream, ordered after the work queued before it and before the work queued after it.
+Status copy_bytes_queued(void* dst, const void* src, DeviceType device, size_t bytes);
+
 // Whether this build has CUDA and a GPU is usable (tests use it to skip with a reason).
 bool cuda_available();
 

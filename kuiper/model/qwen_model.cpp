@@ -762,17 +762,6 @@ void QwenModel::stage_padding(Pass* pass, int64_t sequences) {
   }
 }
 
-namespace {
-
-// Copies n host int32 values into the first n entries of a tensor (any device).
-Status upload_ints(const Tensor& dst, const int32_t* src, int64_t n) {
-  Tensor host = Tensor::view(const_cast<int32_t*>(src), {n}, DataType::kInt32, DeviceType::kCpu);
-  Tensor rows = dst.rows(0, n);
-  return rows.copy_from(host);
-}
-
-}  // namespace
-
 Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
   Staging& st = staging_;
   const int64_t T = pass.T, S = pass.sequences, W = pass.table_width;
@@ -801,7 +790,10 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
     const Span<const int32_t>& b = st.blocks[static_cast<size_t>(i)];
     std::copy(b.begin(), b.end(), st.host.begin() + at.block_tables + i * W);
   }
-  return upload_ints(ws.inputs, st.host.data(), static_cast<int64_t>(st.host.size()));
+  // Queued without waiting (a step may be launched while the last one runs): the pass's kernels
+  // follow the copy on the stream.
+  Tensor dst = ws.inputs.rows(0, static_cast<int64_t>(st.host.size()));
+  return inputs_upload_.copy(dst.raw(), dst.device(), st.host.data(), st.host.size() * sizeof(int32_t));
 }
 
 Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch, const Tensor* tokens) {
@@ -848,7 +840,7 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch, const Tenso
   auto feed = [&](const Workspace& ws, int64_t sequences) -> Status {
     if (tokens == nullptr) return Status::Ok();
     Tensor ids = ws.ids.rows(0, sequences);
-    KUIPER_RETURN_IF_ERROR(ids.copy_from(tokens->rows(fed, sequences)));
+    KUIPER_RETURN_IF_ERROR(ids.queue_copy_from(tokens->rows(fed, sequences)));
     fed += sequences;
     return Status::Ok();
   };

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kuiper/base/device_graph.h"
+#include "kuiper/base/host_upload.h"
 #include "kuiper/model/model.h"
 #include "kuiper/model/vision_encoder.h"
 #include "kuiper/op/attention.h"
@@ -196,6 +197,7 @@ class QwenModel : public Model {
   // Decode graphs (ModelOptions::cuda_graph) by bucket; empty until a bucket's first step.
   std::map<int64_t, DeviceGraph> decode_graphs_;
   Staging staging_;
+  HostUpload inputs_upload_;  // a pass's inputs into its workspace, not waited for
   int64_t weight_bytes_ = 0;
 };
 

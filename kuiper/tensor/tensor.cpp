@@ -71,6 +71,13 @@ Status Tensor::copy_from(const Tensor& src) {
   return copy_bytes(raw(), device(), src.raw(), src.device(), nbytes());
 }
 
+Status Tensor::queue_copy_from(const Tensor& src) {
+  if (src.shape_ != shape_ || src.dtype_ != dtype_ || src.device() != device()) {
+    return Status::Error("queued copy from " + src.describe() + " into " + describe());
+  }
+  return copy_bytes_queued(raw(), src.raw(), device(), nbytes());
+}
+
 std::string Tensor::describe() const {
   return std::string(dtype_name(dtype_)) + shape_string(shape_) + "@" + device_name(device());
 }

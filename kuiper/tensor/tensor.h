@@ -42,6 +42,9 @@ class Tensor {
   Result<Tensor> to(DeviceType device) const;
   // Copies the contents of src (same shape and dtype, any device) into this tensor.
   Status copy_from(const Tensor& src);
+  // copy_from for a source on this tensor's device, without waiting: a CUDA copy is queued on the
+  // engine stream (ordered after the work queued before it, before the work queued after it).
+  Status queue_copy_from(const Tensor& src);
 
   std::string describe() const;  // "fp32[4,128]@cpu"
 
