@@ -793,7 +793,8 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
   // Queued without waiting (a step may be launched while the last one runs): the pass's kernels
   // follow the copy on the stream.
   Tensor dst = ws.inputs.rows(0, static_cast<int64_t>(st.host.size()));
-  return inputs_upload_.copy(dst.raw(), dst.device(), st.host.data(), st.host.size() * sizeof(int32_t));
+  return inputs_upload_.copy(dst.raw(), dst.device(), st.host.data(),
+                             st.host.size() * sizeof(int32_t));
 }
 
 Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch, const Tensor* tokens) {
