@@ -14,7 +14,8 @@
 #             of C sequences after SKIP such launches (e.g. the attention input at 64 sequences:
 #             "qk_norm_rope:64:600:768:256")
 # BENCH_ARGS  more kuiper-bench flags for the full-batch runs (e.g. "--max-context 4096")
-# TESTS       a gtest filter run on the patched build (TEST_TREE=1: on the tree)
+# TESTS       a gtest filter run on the patched build (TEST_TREE=1: on the tree), which then builds
+#             every target (the CLI tests run the programs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${PATCH:?name the patch: PATCH=NAME}"
@@ -28,7 +29,7 @@ cp -r $(ls -A | grep -v '^build\|^\.git$\|^\.gpu$') "$P_DIR"/
 TEST_DIR=$([ "${TEST_TREE:-0}" = 1 ] && echo . || echo "$P_DIR")
 for d in . "$P_DIR"; do
   (cd "$d" && cmake -S . -B build-sbs -G Ninja -DKUIPER_CUDA_ARCHS=90 -DCMAKE_BUILD_TYPE=Release > /dev/null &&
-    ninja -C build-sbs kuiper-bench $([ "$d" = "$TEST_DIR" ] && [ -n "${TESTS:-}" ] && echo kuiper_tests qwen3_infer kuiper-server) \
+    ninja -C build-sbs $([ "$d" = "$TEST_DIR" ] && [ -n "${TESTS:-}" ] || echo kuiper-bench) \
       > "$OUT/build_$(basename "$d").log" 2>&1 || tail -30 "$OUT/build_$(basename "$d").log") &
 done
 wait
