@@ -194,7 +194,7 @@ TEST(Engine, OverlappedStepsGiveWhatStepsInTurnGive) {
       {ids_from(9, 13), at_eos},
   };
   std::vector<Result<Generation>> got[2];
-  int64_t fed[2] = {0, 0};
+  int64_t fed[2] = {0, 0}, mixed = 0, steps = 0;
   for (int on = 0; on < 2; ++on) {
     FakeModelShape shape = small_blocks(40);
     shape.eos_token_ids = {7, 19, 23};
@@ -203,11 +203,16 @@ TEST(Engine, OverlappedStepsGiveWhatStepsInTurnGive) {
     ASSERT_NE(engine, nullptr);
     got[on] = run_all(*engine, prompts);
     fed[on] = model->fed_steps();
+    mixed = model->mixed_fed_steps();
+    steps = static_cast<int64_t>(model->batches().size());
     EXPECT_EQ(engine->pool().available(), engine->pool().blocks());  // every block given back
   }
   expect_same_tokens(got[1], got[0]);
   EXPECT_EQ(fed[0], 0);
-  EXPECT_GT(fed[1], 10);
+  // Every step but the first is fed by the one before (arrivals, finishes and all), some of them
+  // beside prefill chunks or requests sitting out.
+  EXPECT_EQ(fed[1], steps - 1);
+  EXPECT_GE(mixed, 2);
   // The cases the test means to cover did come up.
   std::vector<FinishReason> reasons;
   for (const Result<Generation>& g : got[1]) reasons.push_back(g->finish);
@@ -216,6 +221,59 @@ TEST(Engine, OverlappedStepsGiveWhatStepsInTurnGive) {
     EXPECT_NE(std::find(reasons.begin(), reasons.end(), want), reasons.end())
         << finish_reason_name(want);
   }
+}
+
+// Overlapped steps in a pool too small for the batch: the scheduler preempts requests that hold a
+// placeholder for a token still on the device (and may take them back later, their placeholder
+// fed), and each still gives what it gives alone.
+TEST(Engine, OverlappedStepsWithPreemptionGiveWhatEachGivesAlone) {
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back({ids_from(6 + i, 2 + 3 * i), greedy(14 - i)});
+  auto make = [] { return FakeModel::create(small_blocks(12)); };
+  std::unique_ptr<FakeModel> model = make();
+  std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, true));
+  ASSERT_NE(engine, nullptr);
+  expect_same_tokens(run_all(*engine, prompts), run_alone(prompts, make));
+  EXPECT_GT(engine->stats().preemptions, 0);
+  EXPECT_GT(model->fed_steps(), 10);
+  EXPECT_EQ(engine->pool().available(), engine->pool().blocks());
+}
+
+// A request whose tokens the host samples holds the overlap back while it runs or waits; the
+// greedy requests beside it are overlapped before it comes and after it ends, and every request
+// gives what the same requests stepped in turn give.
+TEST(Engine, ARequestSampledOnTheHostHoldsTheOverlapBack) {
+  std::vector<Result<Generation>> got[2];
+  int64_t fed = 0;
+  for (int on = 0; on < 2; ++on) {
+    std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(40));
+    std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, on == 1));
+    ASSERT_NE(engine, nullptr);
+    const Prompt first = {ids_from(5, 1), greedy(20)}, sampled = {ids_from(4, 7), seeded(4, 9)};
+    Result<int64_t> a = engine->add_request(first.ids, {}, first.options);
+    ASSERT_OK(a);
+    std::vector<Result<Generation>> done(2, Status::Error("not finished"));
+    int64_t fed_before = -1;
+    for (int i = 0; engine->unfinished() > 0; ++i) {
+      if (i == 4) {  // a few fed steps in, the sampled request arrives
+        fed_before = model->fed_steps();
+        ASSERT_OK(engine->add_request(sampled.ids, {}, sampled.options));
+      }
+      Result<std::vector<FinishedRequest>> finished = engine->step();
+      ASSERT_OK(finished);
+      for (FinishedRequest& f : *finished) done[f.id == *a ? 0 : 1] = std::move(f.generation);
+    }
+    got[on] = std::move(done);
+    if (on == 1) {
+      EXPECT_GT(fed_before, 1);
+      fed = model->fed_steps() - fed_before;
+    }
+  }
+  expect_same_tokens(got[1], got[0]);
+  // From its arrival the 20-token request runs about 16 more steps, 4 of them beside the sampled
+  // one (and the step that reads the sampled one's last token); the rest are fed again.
+  EXPECT_GT(fed, 5);
+  EXPECT_LT(fed, 14);
 }
 
 // A request cancelled while a step holding it is in flight reports the tokens read so far; the
@@ -339,9 +397,11 @@ TEST(Engine, RequestsArrivingTogetherPrefillASharedPrefixOnce) {
 TEST(Engine, LiveTokensCountASharedBlockOnce) {
   // Three requests share three full blocks of prompt. The live tokens count each block once, so
   // they never exceed the rows of the blocks in use (counting the shared blocks once a request,
-  // as the live count did, put a shared system prompt far past 100% "live").
+  // as the live count did, put a shared system prompt far past 100% "live"). Steps in turn, so
+  // that each step() has run the spans it scheduled (overlapped, the blocks count the tokens of
+  // the steps read so far).
   std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(16));
-  std::unique_ptr<Engine> engine = make_engine(*model, engine_options(4, 64));
+  std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, false));
   const std::vector<int32_t> shared = ids_from(12, 3);
   for (int i = 0; i < 3; ++i) {
     ASSERT_OK(engine->add_request(concat(shared, ids_from(2, 20 + i)), {}, greedy(3)));

@@ -202,6 +202,72 @@ TEST_P(BatchTest, EachSequenceGetsTheLogitsRowsItAsksFor) {
   EXPECT_EQ(none->dim(0), 0);
 }
 
+// The three-sequence schedule run twice on fresh models of `make`: as it is, and with the last
+// token of every entry after the first step a placeholder (0) fed from a tokens tensor on the
+// model's device (SequenceInput::fed), the tokens in scrambled rows among others; a multi-token
+// chunk and single decode tokens are fed, one entry of each step keeps its own. The logits must
+// be the same bit for bit.
+template <typename Make>
+void expect_fed_tokens_stand_in_for_placeholders(const Golden& g, Make make) {
+  std::vector<std::vector<Entry>> steps = three_sequence_schedule(g);
+  // Two more decode steps of all three (on CUDA a graph bucket's capture, then its replay).
+  static const std::vector<int32_t> next[] = {{11}, {12}, {13}, {14}, {15}, {16}};
+  const int64_t A = static_cast<int64_t>(g.at("chat.ids").i32.size()), B = 40, C = 23;
+  for (int64_t k = 0; k < 2; ++k) {
+    steps.push_back({{2, span_in(next[3 * k], C + 4 + k, 1)},
+                     {0, span_in(next[3 * k + 1], A + 2 + k, 2)},
+                     {1, span_in(next[3 * k + 2], B + 2 + k, 0)}});
+  }
+  std::unique_ptr<Model> plain = make(), fed = make();
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(fed, nullptr);
+  std::deque<std::vector<int32_t>> placeholders;  // the spans' tokens outlive each step
+  for (size_t step = 0; step < steps.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::vector<SequenceInput> batch, with_fed;
+    std::vector<int32_t> tokens(2 * steps[step].size() + 3, 1);  // rows not named hold 1
+    for (size_t i = 0; i < steps[step].size(); ++i) {
+      const SequenceInput& in = steps[step][i].input;
+      batch.push_back(in);
+      SequenceInput f = in;
+      if (step > 0 && i + 1 < steps[step].size()) {  // the last entry keeps its own token
+        placeholders.emplace_back(in.tokens.begin(), in.tokens.end());
+        placeholders.back().back() = 0;
+        f.tokens = placeholders.back();
+        f.fed = static_cast<int64_t>(2 * i + 1);
+        tokens[static_cast<size_t>(f.fed)] = in.tokens[in.tokens.size() - 1];
+      }
+      with_fed.push_back(f);
+    }
+    const Tensor host = Tensor::view(tokens.data(), {static_cast<int64_t>(tokens.size())},
+                                     DataType::kInt32, DeviceType::kCpu);
+    Result<Tensor> on_device = host.to(fed->options().device);
+    ASSERT_OK(on_device);
+    const std::vector<float> want = host_floats(plain->forward(batch));
+    const std::vector<float> got = host_floats(fed->forward(with_fed, *on_device));
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(relative_difference(got, want), 0.0);
+  }
+  // A fed entry needs the tokens, and its row must be in them.
+  const std::vector<int32_t> one = {0};
+  SequenceInput decode = span_in(one, 30, 0);
+  decode.fed = 0;
+  EXPECT_NE(fed->forward(Span<const SequenceInput>(&decode, 1)).status().message().find(
+                "fed tokens (none given)"),
+            std::string::npos);
+  Result<Tensor> two = Tensor::empty({2}, DataType::kInt32, fed->options().device);
+  ASSERT_OK(two);
+  decode.fed = 2;
+  EXPECT_NE(fed->forward(Span<const SequenceInput>(&decode, 1), *two).status().message().find(
+                "its last token is row 2 of the fed tokens"),
+            std::string::npos);
+}
+
+TEST_P(BatchTest, FedTokensStandInForTheirPlaceholders) {
+  expect_fed_tokens_stand_in_for_placeholders(Golden::load(GetParam()),
+                                              [&] { return load(GetParam(), batch_options(3)); });
+}
+
 // Every invalid entry is an error naming it, and no entry of the batch runs: block 0's cache still
 // holds the prompt afterwards, so the next token's logits are those of a clean run.
 TEST_P(BatchTest, InvalidEntriesAreErrorsThatWriteNothing) {
@@ -420,6 +486,21 @@ TEST(CudaModelBatch, GraphDecodeOfTwoBlocksMatchesEager) {
     for (size_t i = 0; i < logits[0].size(); ++i) {
       EXPECT_LE(relative_difference(logits[1][i], logits[0][i]), 1e-5) << "step " << i;
     }
+  }
+}
+
+// Fed tokens on CUDA, eager and through the decode graphs (the last step is three decode tokens:
+// a graph bucket).
+TEST(CudaModelBatch, FedTokensStandInForTheirPlaceholders) {
+  SKIP_WITHOUT_CUDA();
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "graph" : "eager");
+    expect_fed_tokens_stand_in_for_placeholders(Golden::load("qwen3-tiny"), [&] {
+      ModelOptions o = batch_options(3);
+      o.device = DeviceType::kCuda;
+      o.cuda_graph = graph;
+      return load("qwen3-tiny", o);
+    });
   }
 }
 

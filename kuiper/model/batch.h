@@ -53,6 +53,11 @@ struct SequenceInput {
   const ImageFeatures* image = nullptr;
   int64_t image_row = 0;  // the feature row of the span's first image-pad token
   LogitRows logits = LogitRows::kLast;
+  // >= 0: the span's last token is row `fed` of the tokens given to Model::forward(batch,
+  // tokens), on the device, read there in place of tokens' last id (a placeholder, which must
+  // still be a text id of the vocabulary). The engine feeds a step the tokens the step before
+  // took on the device, before the host has them.
+  int64_t fed = -1;
 };
 
 // How many logits rows `sequence` asks for.

@@ -103,26 +103,12 @@ Result<std::unique_ptr<Model>> Model::random(const ModelConfig& config,
 }
 
 Result<Tensor> Model::forward(Span<const SequenceInput> batch) {
-  KUIPER_RETURN_IF_ERROR(check_batch(batch));
+  KUIPER_RETURN_IF_ERROR(check_batch(batch, nullptr));
   return run_batch(batch, nullptr);
 }
 
 Result<Tensor> Model::forward(Span<const SequenceInput> batch, const Tensor& tokens) {
-  KUIPER_RETURN_IF_ERROR(check_batch(batch));
-  const int64_t n = static_cast<int64_t>(batch.size());
-  if (tokens.dtype() != DataType::kInt32 || tokens.device() != options_.device ||
-      tokens.numel() < n) {
-    return Status::Error("forward: the step's tokens " + tokens.describe() + " are not " +
-                         std::to_string(n) + " int32 ids on the " +
-                         device_name(options_.device));
-  }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].tokens.size() != 1 || batch[i].image != nullptr) {
-      return Status::Error("forward: entry " + std::to_string(i) +
-                           " is not one text token, and a step's tokens on the device are a "
-                           "decode step's");
-    }
-  }
+  KUIPER_RETURN_IF_ERROR(check_batch(batch, &tokens));
   return run_batch(batch, &tokens);
 }
 
@@ -159,8 +145,14 @@ bool feature_shape(const Tensor& t, int64_t rows, int64_t hidden) {
 
 }  // namespace
 
-Status Model::check_batch(Span<const SequenceInput> batch) const {
+Status Model::check_batch(Span<const SequenceInput> batch, const Tensor* tokens) const {
   if (batch.empty()) return Status::Error("forward: the batch is empty");
+  if (tokens != nullptr &&
+      (tokens->dtype() != DataType::kInt32 || tokens->device() != options_.device ||
+       tokens->ndim() != 1)) {
+    return Status::Error("forward: the fed tokens " + tokens->describe() +
+                         " are not 1-D int32 ids on the " + device_name(options_.device));
+  }
   const ModelConfig& c = config_;
   const int64_t block_size = kv_block_size();
   // The blocks each entry writes, when there is more than one entry to collide.
@@ -172,6 +164,15 @@ Status Model::check_batch(Span<const SequenceInput> batch) const {
     auto fail = [&where](const std::string& message) { return Status::Error(where + message); };
     const int64_t T = static_cast<int64_t>(s.tokens.size());
     if (T == 0) return fail("no tokens");
+    if (s.fed >= 0) {
+      if (tokens == nullptr || s.fed >= tokens->numel()) {
+        return fail("its last token is row " + str(s.fed) + " of the fed tokens " +
+                    (tokens == nullptr ? std::string("(none given)") : tokens->describe()));
+      }
+      if (c.image_token_id >= 0 && s.tokens[static_cast<size_t>(T - 1)] == c.image_token_id) {
+        return fail("a fed token stands in for an image token");
+      }
+    }
     if (s.start < 0 || s.start + T > max_context_) {
       return fail("positions " + str(s.start) + ".." + str(s.start + T) +
                   " exceed the context of " + str(max_context_) + " tokens");

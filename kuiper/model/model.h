@@ -95,10 +95,8 @@ class Model {
   // per requested row ([sum of the entries' rows, vocab]), entries in batch order and each
   // entry's rows in token order. The tensor is the model's own buffer: valid until the next call.
   Result<Tensor> forward(Span<const SequenceInput> batch);
-  // The same for a decode step (every entry one token) whose token ids are tokens[0, entries):
-  // int32 on the model's device, in entry order, read there in place of the entries' own tokens
-  // (which must still be ids of the vocabulary). The engine feeds a step the tokens the step
-  // before took on the device, before the host has them.
+  // The same where entries take their last token from `tokens` (SequenceInput::fed): int32 on
+  // the model's device, each fed row within it.
   Result<Tensor> forward(Span<const SequenceInput> batch, const Tensor& tokens);
   // One sequence in KV blocks 0, 1, 2, ... at 1-D positions [start, start + ids.size()): the
   // last row's logits [1, vocab], or every row's when all_logits.
@@ -118,10 +116,11 @@ class Model {
         kv_block_size_(options.kv_block_size),
         kv_blocks_(0) {}
 
-  // forward() after the batch passed check_batch(); `tokens`, when not null, the device's ids of
-  // a decode step as forward(batch, tokens) says.
+  // forward() after the batch passed check_batch(); `tokens`, when not null, the device's ids
+  // the entries' fed rows name (forward(batch, tokens)).
   virtual Result<Tensor> run_batch(Span<const SequenceInput> batch, const Tensor* tokens) = 0;
-  Status check_batch(Span<const SequenceInput> batch) const;
+  // `tokens`: forward(batch, tokens)'s, null for forward(batch) (where no entry may be fed).
+  Status check_batch(Span<const SequenceInput> batch, const Tensor* tokens) const;
 
   ModelConfig config_;
   std::shared_ptr<ModelFile> file_;

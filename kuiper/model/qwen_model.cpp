@@ -394,7 +394,8 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   // step of one sequence: about a kilobyte); the block tables come last, so a pass copies only
   // the rows it uses.
   const int64_t rope_axes = c.is_mrope() ? 3 : 1;
-  const int64_t sizes[] = {cap, cap, rope_axes * cap, cap + 1, cap, cap, cap * table_width_};
+  const int64_t sizes[] = {cap, cap, rope_axes * cap, cap + 1, cap, cap, cap, cap,
+                           cap * table_width_};
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
   KUIPER_ASSIGN_OR_RETURN(w.inputs, Tensor::empty({total}, DataType::kInt32, dev));
@@ -402,7 +403,8 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   const std::pair<Tensor*, int64_t*> parts[] = {
       {&w.ids, &o.ids},         {&w.positions, &o.positions},     {&w.rope_positions, &o.rope},
       {&w.query_begin, &o.query_begin}, {&w.starts, &o.starts},
-      {&w.logit_index, &o.logit_index}, {&w.block_tables, &o.block_tables}};
+      {&w.logit_index, &o.logit_index}, {&w.fed_from, &o.fed_from},
+      {&w.fed_to, &o.fed_to},           {&w.block_tables, &o.block_tables}};
   int64_t at = 0;
   for (size_t i = 0; i < std::size(parts); ++i) {
     *parts[i].first = w.inputs.rows(at, sizes[i]);
@@ -729,6 +731,10 @@ void QwenModel::stage(const SequenceInput& s, const ImageRows* image, int64_t t,
   } else if (s.logits == LogitRows::kLast && t + n == T) {
     st.logit_index.push_back(static_cast<int32_t>(at + n - 1));
   }
+  if (s.fed >= 0 && t + n == T) {  // the span's last token comes from the fed tokens
+    st.fed_from.push_back(static_cast<int32_t>(s.fed));
+    st.fed_to.push_back(static_cast<int32_t>(at + n - 1));
+  }
   if (image != nullptr) {
     for (const ImageRun& run : image->runs) {
       const int64_t lo = std::max(run.row, t), hi = std::min(run.row + run.count, t + n);
@@ -777,6 +783,9 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
   put(at.query_begin, st.query_begin, S + 1);
   put(at.starts, st.starts, S);
   if (pass.gather) put(at.logit_index, st.logit_index, pass.logit_rows);
+  const auto fed = static_cast<int64_t>(st.fed_from.size());
+  put(at.fed_from, st.fed_from, fed);
+  put(at.fed_to, st.fed_to, fed);
   // [axes, T] rotary positions from the staged [T, axes].
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t a = 0; a < axes; ++a) {
@@ -834,20 +843,16 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch, const Tenso
   Pass pass;
   int64_t out_row = 0;
   Tensor result;
-  // Decode steps fed on the device (forward(batch, tokens)): each entry is one row, so a pass's
-  // sequences are entries [fed, fed + sequences) and take those tokens in place of the uploaded
-  // ids.
-  int64_t fed = 0;
-  auto feed = [&](const Workspace& ws, int64_t sequences) -> Status {
-    if (tokens == nullptr) return Status::Ok();
-    Tensor ids = ws.ids.rows(0, sequences);
-    KUIPER_RETURN_IF_ERROR(ids.queue_copy_from(tokens->rows(fed, sequences)));
-    fed += sequences;
-    return Status::Ok();
+  // The inputs, then the fed rows' ids (forward(batch, tokens)) over their placeholders.
+  auto upload_and_feed = [&](const Workspace& ws) -> Status {
+    KUIPER_RETURN_IF_ERROR(upload(ws, pass));
+    const auto fed = static_cast<int64_t>(staging_.fed_from.size());
+    if (fed == 0) return Status::Ok();
+    Tensor ids = ws.ids;
+    return op::copy_indexed(*tokens, ws.fed_from.rows(0, fed), ws.fed_to.rows(0, fed), ids);
   };
   auto flush = [&]() -> Status {
     if (pass.T == 0) return Status::Ok();
-    const int64_t sequences = pass.sequences;  // before any padding
     const int64_t R = static_cast<int64_t>(staging_.logit_index.size());
     pass.logit_rows = R;
     pass.decode = pass.T == pass.sequences;
@@ -865,8 +870,7 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch, const Tenso
       pass.max_queries = 1;
       pass.max_keys = table_width_ * kv_block_size();
       const Workspace& ws = bucket == 1 ? decode_ws_ : batch_ws_;
-      KUIPER_RETURN_IF_ERROR(upload(ws, pass));
-      KUIPER_RETURN_IF_ERROR(feed(ws, sequences));
+      KUIPER_RETURN_IF_ERROR(upload_and_feed(ws));
       KUIPER_RETURN_IF_ERROR(run_decode_graph(pass, bucket));
       Tensor graph_rows = (bucket == 1 ? decode_ws_.logits : graph_logits_).rows(0, R);
       if (out_row == 0 && R == rows) {
@@ -877,8 +881,7 @@ Result<Tensor> QwenModel::run_batch(Span<const SequenceInput> batch, const Tenso
       }
     } else {
       const Workspace& ws = pass.T == 1 ? decode_ws_ : batch_ws_;
-      KUIPER_RETURN_IF_ERROR(upload(ws, pass));
-      KUIPER_RETURN_IF_ERROR(feed(ws, sequences));
+      KUIPER_RETURN_IF_ERROR(upload_and_feed(ws));
       KUIPER_RETURN_IF_ERROR(run_forward(ws, pass, R > 0 ? logits_.rows(out_row, R) : Tensor()));
     }
     out_row += R;

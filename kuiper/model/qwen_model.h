@@ -76,7 +76,8 @@ class QwenModel : public Model {
     int64_t capacity = 0;
     // The int32 inputs below are views of `inputs`, at these offsets.
     struct Offsets {
-      int64_t ids, positions, rope, query_begin, starts, logit_index, block_tables;
+      int64_t ids, positions, rope, query_begin, starts, logit_index, fed_from, fed_to,
+          block_tables;
     };
     Tensor inputs;
     Offsets offsets{};
@@ -93,6 +94,9 @@ class QwenModel : public Model {
     // The rows whose logits a pass wants, when not simply its last ones: their indices and the
     // gathered residual rows.
     Tensor logit_index, picked;
+    // The pass's rows whose token is fed (SequenceInput::fed): ids[fed_to[j]] = the fed
+    // tokens[fed_from[j]] (op::copy_indexed), after the upload.
+    Tensor fed_from, fed_to;
     // q|k|v and gate|up back to back, the outputs of the stacked GEMVs (one-token workspaces:
     // q, k, v, gate and up are views of them) or GEMMs (stacked weights, the GPU: no separate up
     // then); one-token workspaces only: the step's logits [1, vocab].
@@ -132,13 +136,14 @@ class QwenModel : public Model {
   };
   // The pass being staged on the host, then uploaded into a workspace.
   struct Staging {
-    std::vector<int32_t> ids, rows, query_begin, starts, logit_index;
+    std::vector<int32_t> ids, rows, query_begin, starts, logit_index, fed_from, fed_to;
     std::vector<int32_t> rope;                // [T, axes]: each row's rotary position per axis
     std::vector<Span<const int32_t>> blocks;  // each sequence's blocks
     std::vector<int32_t> host;                // the workspace's inputs as uploaded
     // Empties every list for the next pass, keeping their memory (a step allocates nothing).
     void clear() {
-      for (std::vector<int32_t>* v : {&ids, &rows, &query_begin, &starts, &logit_index, &rope}) {
+      for (std::vector<int32_t>* v :
+           {&ids, &rows, &query_begin, &starts, &logit_index, &fed_from, &fed_to, &rope}) {
         v->clear();
       }
       blocks.clear();

@@ -289,6 +289,30 @@ Status argmax(const Tensor& logits, Tensor& out) {
   KUIPER_DISPATCH(logits.device(), argmax(logits, out));
 }
 
+Status copy_indexed(const Tensor& src, const Tensor& from, const Tensor& to, Tensor& out) {
+  KUIPER_RETURN_IF_ERROR(same_device("copy_indexed", {&src, &from, &to, &out}));
+  for (const Tensor* t : {&src, &from, &to, static_cast<const Tensor*>(&out)}) {
+    if (t->dtype() != DataType::kInt32 || t->ndim() != 1) {
+      return fail("copy_indexed", "takes 1-D int32 tensors, not " + t->describe());
+    }
+  }
+  if (from.numel() != to.numel()) {
+    return fail("copy_indexed", "from " + from.describe() + " and to " + to.describe() +
+                                    " differ in length");
+  }
+  if (src.device() == DeviceType::kCpu) {
+    for (int64_t j = 0; j < from.numel(); ++j) {
+      const int32_t f = from.data<int32_t>()[j], t = to.data<int32_t>()[j];
+      if (f < 0 || f >= src.numel() || t < 0 || t >= out.numel()) {
+        return fail("copy_indexed", "entry " + std::to_string(j) + " copies " + std::to_string(f) +
+                                        " of " + src.describe() + " to " + std::to_string(t) +
+                                        " of " + out.describe());
+      }
+    }
+  }
+  KUIPER_DISPATCH(src.device(), copy_indexed(src, from, to, out));
+}
+
 Status linear(const Tensor& x, const Weight& w, const LinearOptions& o, Tensor& out) {
   KUIPER_RETURN_IF_ERROR(check_activation("linear", x));
   KUIPER_RETURN_IF_ERROR(check_activation("linear", out));

@@ -162,6 +162,12 @@ Status check_qk_norm_rope_cache(const Tensor& qkv, const Tensor& q, const Tensor
 // out[r] = argmax over the last dimension of logits[R, V] (first index on ties). out: int32 [R].
 Status argmax(const Tensor& logits, Tensor& out);
 
+// out[to[j]] = src[from[j]] for every j, the rest of out as it was: int32, 1-D, on one device (a
+// step's token ids taken from the tokens the step before left on the device). Each index must
+// be in range: an error on the CPU; on CUDA, where the indices are not read on the host, an
+// entry out of range is skipped. Two entries with the same `to` leave either one's value.
+Status copy_indexed(const Tensor& src, const Tensor& from, const Tensor& to, Tensor& out);
+
 // The sampling warpers in the order they apply (the runtime's SamplingParams less the window and
 // the seed, which stay on the host).
 struct SampleParams {

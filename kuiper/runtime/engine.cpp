@@ -35,6 +35,12 @@ bool plain_argmax(const Sampler& sampler) {
          p.frequency_penalty == 0.0f;
 }
 
+// Whether a request's tokens can all come from the device's arg-max: no image (a step holding
+// image rows is not overlapped), no log-probabilities, the plain arg-max.
+bool device_path(const Sampler& sampler, const GenerationOptions& options, bool images) {
+  return plain_argmax(sampler) && options.logprobs < 0 && !images;
+}
+
 // The log-softmax of `row` at `id` and its `k` largest entries.
 TokenLogprob logprob_of(const std::vector<float>& row, int32_t id, int32_t k) {
   const float max = *std::max_element(row.begin(), row.end());
@@ -77,6 +83,11 @@ struct Engine::Request {
   bool was_scheduled = false;
   bool sampled = false;
   bool cancelled = false;
+  // Overlapped steps: the sequence's last token is a placeholder for the token at row fed_row of
+  // the step in flight, until collect() reads it.
+  bool placeholder = false;
+  int64_t fed_row = -1;
+  bool device_path() const { return kuiper::device_path(sampler, options, !images.empty()); }
 };
 
 // One span of a step with its model input (and the 3-D positions that input points at).
@@ -173,6 +184,7 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt,
   r.sequence.tokens = std::move(prompt);
   r.out.stats.prompt_tokens = r.prompt_tokens;
   scheduler_.add(&r.sequence);
+  if (!r.device_path()) ++host_path_;
   const int64_t id = r.sequence.id;
   requests_.emplace(id, std::move(request));
   return id;
@@ -270,15 +282,14 @@ Result<std::vector<FinishedRequest>> Engine::step() {
   StepStats read;  // the step (or steps) whose tokens this call reads
   bool launched = false;
   if (in_flight_) {
-    // The last step's tokens are still on their way: launch the step after it on them (where
-    // that step is sure to come next), then read them and advance their requests while the
-    // device works.
+    // The last step's tokens are still on their way: launch the step after it on them, then
+    // read them and advance their requests while the device works.
     const Clock::time_point start = Clock::now();
     Launched last = std::move(*in_flight_);
     in_flight_.reset();
     KUIPER_ASSIGN_OR_RETURN(in_flight_, launch_next(last));
     launched = in_flight_.has_value();
-    KUIPER_RETURN_IF_ERROR(collect(last, launched, &finished));
+    KUIPER_RETURN_IF_ERROR(collect(last, &finished));
     read = last.stats;
     read.forward_seconds = seconds_between(start, Clock::now());
   }
@@ -289,22 +300,25 @@ Result<std::vector<FinishedRequest>> Engine::step() {
   return finished;
 }
 
-Status Engine::schedule_and_run(StepStats* read, std::vector<FinishedRequest>* finished) {
-  const std::vector<ScheduledSpan> spans = scheduler_.schedule();
+namespace {
+
+// The step's decode and prefill token counts.
+StepStats span_stats(const std::vector<ScheduledSpan>& spans) {
   StepStats stats;
   for (const ScheduledSpan& span : spans) {
     const bool decode = span.count == 1 && span.samples();
     (decode ? stats.decode_tokens : stats.prefill_tokens) += span.count;
   }
-  if (spans.empty()) {
-    if (scheduler_.idle()) return Status::Ok();
-    return Status::Error("engine: " + std::to_string(scheduler_.waiting()) +
-                         " requests wait but none fits in the KV pool of " +
-                         std::to_string(pool_.blocks()) + " blocks");
-  }
+  return stats;
+}
+
+}  // namespace
+
+void Engine::prepare_spans(const std::vector<ScheduledSpan>& spans, std::vector<Entry>* entries,
+                           std::vector<Entry*>* ready, std::vector<FinishedRequest>* finished) {
   const Clock::time_point now = Clock::now();
-  std::vector<Entry> entries(spans.size());
-  std::vector<Entry*> ready;
+  entries->assign(spans.size(), Entry());
+  ready->clear();
   for (size_t i = 0; i < spans.size(); ++i) {
     Request& r = *requests_.at(spans[i].sequence->id);
     if (!r.was_scheduled) {
@@ -312,15 +326,33 @@ Status Engine::schedule_and_run(StepStats* read, std::vector<FinishedRequest>* f
       r.scheduled = now;
       r.out.stats.prefilled_tokens = r.prompt_tokens - spans[i].start;
     }
-    entries[i].request = &r;
-    entries[i].span = spans[i];
-    const Status prepared = prepare(r, spans[i], &entries[i]);
+    Entry& e = (*entries)[i];
+    e.request = &r;
+    e.span = spans[i];
+    const Status prepared = prepare(r, spans[i], &e);
     if (!prepared.ok()) {
       fail(r, prepared, finished);
       continue;
     }
-    ready.push_back(&entries[i]);
+    if (r.placeholder && spans[i].start + spans[i].count == r.sequence.size()) {
+      e.input.fed = r.fed_row;
+    }
+    ready->push_back(&e);
   }
+}
+
+Status Engine::schedule_and_run(StepStats* read, std::vector<FinishedRequest>* finished) {
+  const std::vector<ScheduledSpan> spans = scheduler_.schedule();
+  StepStats stats = span_stats(spans);
+  if (spans.empty()) {
+    if (scheduler_.idle()) return Status::Ok();
+    return Status::Error("engine: " + std::to_string(scheduler_.waiting()) +
+                         " requests wait but none fits in the KV pool of " +
+                         std::to_string(pool_.blocks()) + " blocks");
+  }
+  std::vector<Entry> entries;
+  std::vector<Entry*> ready;
+  prepare_spans(spans, &entries, &ready, finished);
   if (ready.empty()) return Status::Ok();
   const Clock::time_point forward_start = Clock::now();
   const Status status = run(ready, finished, /*may_overlap=*/true);
@@ -357,96 +389,97 @@ Status Engine::launch(const std::vector<Entry*>& entries, const Tensor* fed, Lau
   const int slot = next_slot_;
   next_slot_ ^= 1;
   const int64_t n = logits.dim(0);
-  Tensor& tokens = step_tokens_[slot];
-  if (!tokens.defined() || tokens.device() != logits.device() || tokens.numel() < n) {
-    KUIPER_ASSIGN_OR_RETURN(tokens, Tensor::empty({n}, DataType::kInt32, logits.device()));
+  if (n > 0) {
+    Tensor& tokens = step_tokens_[slot];
+    if (!tokens.defined() || tokens.device() != logits.device() || tokens.numel() < n) {
+      KUIPER_ASSIGN_OR_RETURN(tokens, Tensor::empty({n}, DataType::kInt32, logits.device()));
+    }
+    Tensor rows = tokens.rows(0, n);
+    KUIPER_RETURN_IF_ERROR(op::argmax(logits, rows));
+    KUIPER_RETURN_IF_ERROR(reads_[slot].start(rows.raw(), rows.device(),
+                                              static_cast<size_t>(n) * sizeof(int32_t)));
   }
-  Tensor rows = tokens.rows(0, n);
-  KUIPER_RETURN_IF_ERROR(op::argmax(logits, rows));
-  KUIPER_RETURN_IF_ERROR(reads_[slot].start(rows.raw(), rows.device(),
-                                            static_cast<size_t>(n) * sizeof(int32_t)));
   step->slot = slot;
   step->ids.clear();
   step->spans.clear();
+  step->rows.clear();
+  int64_t row = 0;
   for (const Entry* e : entries) {
     step->ids.push_back(e->request->sequence.id);
     step->spans.push_back(e->span);
+    step->rows.push_back(e->input.logits == LogitRows::kLast ? row++ : -1);
   }
   return Status::Ok();
 }
 
 Result<std::optional<Engine::Launched>> Engine::launch_next(Launched& last) {
-  // Every running request is a row of `last` (none finished on the tokens read before, none
-  // admitted since) and none is sure to end on the token it is about to get.
-  if (!overlap_steps_ || cancelled_ > 0 || scheduler_.running() != last.ids.size()) {
-    return std::optional<Launched>();
+  if (!overlap_steps_ || cancelled_ > 0 || host_path_ > 0) return std::optional<Launched>();
+  // last's spans ran (on the device, in order before anything launched now), but those of
+  // requests that ended on tokens read since it was launched.
+  for (size_t i = 0; i < last.ids.size(); ++i) {
+    if (requests_.count(last.ids[i]) != 0) scheduler_.completed(last.spans[i]);
   }
-  std::vector<Request*> rows;
-  for (const int64_t id : last.ids) {
-    const auto it = requests_.find(id);
-    if (it == requests_.end()) return std::optional<Launched>();
-    const Request& r = *it->second;
-    const auto generated = static_cast<int64_t>(r.out.ids.size());
-    if (r.options.max_tokens > 0 && generated + 1 >= r.options.max_tokens) {
-      return std::optional<Launched>();
-    }
-    if (r.sequence.size() >= max_context_) return std::optional<Launched>();  // its last token
-    rows.push_back(it->second.get());
-  }
-  for (const ScheduledSpan& span : last.spans) scheduler_.completed(span);
   last.completed = true;
-  if (!scheduler_.decodes_all_next()) return std::optional<Launched>();
-  // Each sequence takes a placeholder for the token on the device (collect puts the real one in
-  // its place); the scheduler then gives each its one decode span, in the same order.
-  for (Request* r : rows) r->sequence.append(0);
-  const std::vector<ScheduledSpan> spans = scheduler_.schedule();
-  std::vector<Entry> entries(spans.size());
-  std::vector<Entry*> ready;
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (spans.size() != rows.size() || spans[i].sequence != &rows[i]->sequence ||
-        spans[i].count != 1) {
-      return Status::Error("engine: the step after an overlapped one is not its requests' "
-                           "decode tokens");
-    }
-    entries[i].request = rows[i];
-    entries[i].span = spans[i];
-    KUIPER_RETURN_IF_ERROR(prepare(*rows[i], spans[i], &entries[i]));
-    ready.push_back(&entries[i]);
+  // Each request that samples in `last` and goes on holds a placeholder for that token (collect
+  // puts the token in its place); one sure to end on it sits the next step out.
+  for (size_t i = 0; i < last.ids.size(); ++i) {
+    const auto it = requests_.find(last.ids[i]);
+    if (last.rows[i] < 0 || it == requests_.end()) continue;
+    Request& r = *it->second;
+    const auto generated = static_cast<int64_t>(r.out.ids.size());
+    if (r.options.max_tokens > 0 && generated + 1 >= r.options.max_tokens) continue;
+    if (r.sequence.size() >= max_context_) continue;  // its token would be the context's last
+    r.sequence.append(0);
+    r.placeholder = true;
+    r.fed_row = last.rows[i];
   }
+  const std::vector<ScheduledSpan> spans = scheduler_.schedule();
+  if (spans.empty()) return std::optional<Launched>();
+  std::vector<FinishedRequest> failed;  // a span that cannot be prepared (none without images)
+  std::vector<Entry> entries;
+  std::vector<Entry*> ready;
+  prepare_spans(spans, &entries, &ready, &failed);
+  if (!failed.empty()) return Status::Error("engine: a span of an overlapped step failed");
+  if (ready.empty()) return std::optional<Launched>();
+  const Clock::time_point start = Clock::now();
   Launched next;
   KUIPER_RETURN_IF_ERROR(launch(ready, &step_tokens_[last.slot], &next));
-  next.stats.decode_tokens = static_cast<int64_t>(ready.size());
+  next.stats = span_stats(spans);
+  next.stats.forward_seconds = seconds_between(start, Clock::now());
   return std::optional<Launched>(std::move(next));
 }
 
-Status Engine::collect(Launched& step, bool next_launched,
-                       std::vector<FinishedRequest>* finished) {
-  KUIPER_ASSIGN_OR_RETURN(const void* host, reads_[step.slot].wait());
-  const std::vector<int32_t> tokens(static_cast<const int32_t*>(host),
-                                    static_cast<const int32_t*>(host) + step.ids.size());
+Status Engine::collect(Launched& step, std::vector<FinishedRequest>* finished) {
+  const int32_t* tokens = nullptr;
+  if (std::any_of(step.rows.begin(), step.rows.end(), [](int64_t row) { return row >= 0; })) {
+    KUIPER_ASSIGN_OR_RETURN(const void* host, reads_[step.slot].wait());
+    tokens = static_cast<const int32_t*>(host);
+  }
   for (size_t i = 0; i < step.ids.size(); ++i) {
     const auto it = requests_.find(step.ids[i]);
     if (it == requests_.end()) continue;  // it ended on the tokens read before: its row is unused
     Request& r = *it->second;
     if (!step.completed) scheduler_.completed(step.spans[i]);
-    if (next_launched) {  // the placeholder gives way to the token
+    if (step.rows[i] < 0) continue;
+    if (r.placeholder) {  // the placeholder gives way to the token
       r.sequence.tokens.pop_back();
       r.sequence.keys.pop_back();
+      r.placeholder = false;
+      r.fed_row = -1;
     }
-    advance(r, tokens[i], nullptr, finished);
+    advance(r, tokens[step.rows[i]], nullptr, finished);
   }
   return Status::Ok();
 }
 
 Status Engine::run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished,
                    bool may_overlap) {
-  // A step of decode rows that all take the arg-max leaves its tokens on the device, so that the
+  // A step whose every request takes the arg-max leaves its tokens on the device, so that the
   // next call can launch the step after it before reading them.
   bool overlap = may_overlap && overlap_steps_;
   for (const Entry* e : entries) {
-    const Request& r = *e->request;
-    overlap = overlap && e->span.count == 1 && e->input.logits == LogitRows::kLast &&
-              e->input.image == nullptr && plain_argmax(r.sampler) && r.options.logprobs < 0;
+    overlap = overlap && e->request->device_path() && e->input.logits != LogitRows::kAll &&
+              e->input.image == nullptr;
   }
   if (overlap) {
     Launched step;
@@ -583,6 +616,7 @@ void Engine::finish(Request& r, FinishReason reason, std::vector<FinishedRequest
   }
   const int64_t id = r.sequence.id;
   finished->push_back({id, std::move(out), r.sequence.computed});
+  if (!r.device_path()) --host_path_;
   scheduler_.remove(&r.sequence);
   requests_.erase(id);
 }
@@ -590,6 +624,7 @@ void Engine::finish(Request& r, FinishReason reason, std::vector<FinishedRequest
 void Engine::fail(Request& r, const Status& error, std::vector<FinishedRequest>* finished) {
   const int64_t id = r.sequence.id;
   finished->push_back({id, error, r.sequence.computed});
+  if (!r.device_path()) --host_path_;
   scheduler_.remove(&r.sequence);
   requests_.erase(id);
 }

@@ -35,13 +35,14 @@ namespace kuiper {
 struct EngineOptions {
   int64_t max_batch = 8;            // requests running at once; at least 1
   int64_t max_batch_tokens = 2048;  // tokens one step runs; at least 1
-  // Overlapped decode steps (vLLM's asynchronous scheduling): a decode step whose every request
-  // takes the arg-max (greedy, no penalties, no log-probabilities) leaves its tokens on the
-  // device, and where the next step is sure to be the same requests each one token on, that
-  // step is launched on those tokens before the host reads them. The host's work between steps
-  // (streaming text, finishing, scheduling) then runs while the device computes. A request that
-  // ends on a token read late (an end token, a stop string) leaves its row of the step already
-  // launched unused.
+  // Overlapped steps (vLLM's asynchronous scheduling): while every request takes the arg-max
+  // (greedy, no penalties, no log-probabilities, no images), a step leaves its tokens on the
+  // device and the next step is scheduled and launched on them before the host reads them: each
+  // request that goes on holds a placeholder for its token, which the model reads from the
+  // device (SequenceInput::fed). The host's work between steps (streaming text, finishing,
+  // admitting, scheduling) then runs while the device computes. A request sure to end on its
+  // token (max_tokens, the context's end) sits the next step out; one that ends on an end token
+  // or a stop string read late leaves its row of the step already launched unused.
   bool overlap_steps = true;
 };
 
@@ -131,31 +132,39 @@ class Engine {
   void finish_cancelled(std::vector<FinishedRequest>* finished);
   // The model input of `span` in entry->input (images encoded on first need).
   Status prepare(Request& request, const ScheduledSpan& span, Entry* entry);
-  // A decode step launched whose tokens the host has not read: each row's request and span,
-  // its tokens in step_tokens_[slot] on the device and on their way to the host in reads_[slot].
+  // A step launched whose tokens the host has not read: each entry's request, span and row of
+  // the step's tokens (-1: its span samples none), the tokens in step_tokens_[slot] on the device
+  // and on their way to the host in reads_[slot].
   struct Launched {
     std::vector<int64_t> ids;
     std::vector<ScheduledSpan> spans;
+    std::vector<int64_t> rows;
     int slot = 0;
     bool completed = false;  // the scheduler has been told its spans ran
     StepStats stats;
   };
 
+  // Entries for `spans` (the scheduler's last step) in `entries`, the prepared ones in `ready`;
+  // a request whose span cannot be prepared fails. A request holding a placeholder takes its
+  // last token from its fed row.
+  void prepare_spans(const std::vector<ScheduledSpan>& spans, std::vector<Entry>* entries,
+                     std::vector<Entry*>* ready, std::vector<FinishedRequest>* finished);
+
   // Runs `entries` in one forward, then samples and advances every request whose span sampled;
-  // or, where `may_overlap` and every entry is a decode row taking the arg-max, leaves the step
-  // in flight (in_flight_) with its tokens on the device.
+  // or, where `may_overlap` and every entry's request takes the arg-max (device_path), leaves
+  // the step in flight (in_flight_) with its tokens on the device.
   Status run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished,
              bool may_overlap);
-  // One forward over `entries` (decode rows; fed: their tokens on the device), its arg-max into
-  // the next token slot and the copy of it to the host started.
+  // One forward over `entries` (fed: the tokens their fed rows name, on the device), its arg-max
+  // into the next token slot and the copy of it to the host started.
   Status launch(const std::vector<Entry*>& entries, const Tensor* fed, Launched* step);
-  // After `last`, the same requests each one token on, launched on last's tokens on the device
-  // (each sequence holding a placeholder token until they are read); none where that step is
-  // not sure to be the next one.
+  // The step after `last`, scheduled and launched on last's tokens on the device, each request
+  // that samples in `last` and goes on holding a placeholder token until they are read; none
+  // where a request takes its tokens on the host or one is cancelled.
   Result<std::optional<Launched>> launch_next(Launched& last);
-  // Reads `step`'s tokens and advances its requests (those that finished meanwhile skipped);
-  // next_launched: each still holds the placeholder launch_next gave it.
-  Status collect(Launched& step, bool next_launched, std::vector<FinishedRequest>* finished);
+  // Reads `step`'s tokens and advances its requests (those that finished meanwhile skipped),
+  // each placeholder giving way to its token.
+  Status collect(Launched& step, std::vector<FinishedRequest>* finished);
   // op::sample_rows over `logits` and its tokens copied to the host, in `rows` order.
   Status sample_batch(const Tensor& logits, const std::vector<op::SampleRow>& rows,
                       const std::vector<int32_t>& recent, std::vector<int32_t>* tokens);
@@ -184,6 +193,7 @@ class Engine {
   std::vector<int32_t> touched_blocks_;
   int64_t next_id_ = 1;
   int64_t cancelled_ = 0;  // requests cancel() marked since the last step finished them
+  int64_t host_path_ = 0;  // unfinished requests whose tokens the host samples (not device_path)
   StepStats last_step_;
   bool overlap_steps_;
   // Overlapped steps: two token slots, so a step's arg-max does not overwrite the tokens the one

@@ -108,19 +108,6 @@ std::vector<ScheduledSpan> Scheduler::schedule() {
   return batch;
 }
 
-bool Scheduler::decodes_all_next() const {
-  const auto running = static_cast<int64_t>(running_.size());
-  if (running == 0 || running > options_.max_batch_tokens) return false;
-  if (!waiting_.empty() && running < options_.max_batch) return false;
-  const int64_t bs = pool_.block_size();
-  int64_t fresh = 0;  // blocks the next tokens start
-  for (const Sequence* s : running_) {
-    if (s->remaining() != 0) return false;
-    if (static_cast<int64_t>(s->blocks.blocks().size()) * bs < s->size() + 1) ++fresh;
-  }
-  return fresh <= pool_.available();
-}
-
 void Scheduler::completed(const ScheduledSpan& span) {
   Sequence* s = span.sequence;
   s->computed = span.start + span.count;

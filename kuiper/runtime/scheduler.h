@@ -63,11 +63,6 @@ class Scheduler {
   std::vector<ScheduledSpan> schedule();
   // `span`, of the last schedule(), ran: its tokens' keys and values are in the blocks.
   void completed(const ScheduledSpan& span);
-  // Whether schedule(), once every running sequence has gained one token, gives each of them
-  // one decode span, in running order, and nothing else: every running sequence's cache is
-  // caught up, none waiting can be admitted (none waits, or the batch is full), the token budget
-  // holds them all, and the pool has the blocks their next tokens need without preempting.
-  bool decodes_all_next() const;
 
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }

@@ -1,5 +1,6 @@
 #include "support/fake_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -78,7 +79,11 @@ Result<ImageFeatures> FakeModel::encode_images(const ImagePixels& images) {
 }
 
 Result<Tensor> FakeModel::run_batch(Span<const SequenceInput> batch, const Tensor* tokens) {
-  if (tokens != nullptr) ++fed_steps_;
+  if (tokens != nullptr) {
+    ++fed_steps_;
+    const auto host = [](const SequenceInput& s) { return s.fed < 0; };
+    if (std::any_of(batch.begin(), batch.end(), host)) ++mixed_fed_steps_;
+  }
   const int64_t V = config_.vocab_size, bs = kv_block_size();
   int64_t rows = 0;
   for (const SequenceInput& s : batch) rows += logit_rows(s);
@@ -97,9 +102,9 @@ Result<Tensor> FakeModel::run_batch(Span<const SequenceInput> batch, const Tenso
     // Writes every row of the span, then reads back the prefix of each row that wants logits.
     int64_t pad = 0;
     for (int64_t t = 0; t < T; ++t) {
-      // A step fed on the device reads its tokens there; the entries' own are placeholders.
-      const int32_t id = tokens != nullptr ? tokens->data<int32_t>()[entry]
-                                           : s.tokens[static_cast<size_t>(t)];
+      // A fed entry's last token is read from the fed tokens; its own is a placeholder.
+      const int32_t id = s.fed >= 0 && t == T - 1 ? tokens->data<int32_t>()[s.fed]
+                                                  : s.tokens[static_cast<size_t>(t)];
       uint64_t what = static_cast<uint64_t>(id);
       if (s.image != nullptr && id == config_.image_token_id) {
         what = (1ull << 40) | float_bits(s.image->embeds.data<float>()[(s.image_row + pad++) *

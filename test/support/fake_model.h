@@ -32,8 +32,11 @@ class FakeModel : public Model {
   int32_t image_pad_id() const { return static_cast<int32_t>(config_.image_token_id); }
   // Per forward(): its entries' (start, token count).
   const std::vector<std::vector<std::pair<int64_t, int64_t>>>& batches() const { return batches_; }
-  // forward() calls whose tokens came on the device (a step fed by the one before).
+  // forward() calls given tokens on the device (a step fed by the one before).
   int64_t fed_steps() const { return fed_steps_; }
+  // Of those, the ones in which some entry's tokens all came from the host (a prefill chunk, a
+  // request sitting a step out of the fed rows).
+  int64_t mixed_fed_steps() const { return mixed_fed_steps_; }
   // Images encoded by encode_images() so far.
   int64_t encoded_images() const { return encoded_images_; }
 
@@ -49,6 +52,7 @@ class FakeModel : public Model {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> batches_;
   int64_t encoded_images_ = 0;
   int64_t fed_steps_ = 0;
+  int64_t mixed_fed_steps_ = 0;
 };
 
 }  // namespace kuiper::test

@@ -105,7 +105,7 @@ DEFINE_int32(shared_prefix, 0,
              "throughput: every prompt starts with the same this many tokens (a system prompt)");
 DEFINE_int64(max_batch_tokens, 2048, "throughput: tokens one engine step runs at most");
 DEFINE_bool(overlap_steps, true,
-            "throughput: launch each decode step before the host reads the last one's tokens "
+            "throughput: launch each step before the host reads the last one's tokens "
             "(EngineOptions::overlap_steps); --no-overlap-steps runs them in turn");
 DEFINE_bool(warmup, true,
             "throughput: before each concurrency, run that many short requests on a fresh "

@@ -37,6 +37,7 @@ void qk_norm_rope_cache(Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tens
                         double eps, const Tensor& positions, const op::RopeParams& rope,
                         Tensor& k_cache, Tensor& v_cache, const Tensor& rope_positions);
 void argmax(const Tensor& logits, Tensor& out);
+void copy_indexed(const Tensor& src, const Tensor& from, const Tensor& to, Tensor& out);
 void fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
             double uniform, Tensor& out);

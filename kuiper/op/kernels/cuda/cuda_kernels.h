@@ -49,6 +49,7 @@ Status swiglu(const Tensor& gate_up, Tensor& out);
 Status add(const Tensor& a, const Tensor& b, Tensor& out);
 Status kv_write(const Tensor& k, Tensor& cache, const Tensor& positions);
 Status argmax(const Tensor& logits, Tensor& out);
+Status copy_indexed(const Tensor& src, const Tensor& from, const Tensor& to, Tensor& out);
 Status fill_random(Tensor& t, uint64_t seed, float scale, float offset);
 Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,
               double uniform, op::SampleWorkspace& workspace, Tensor& out);
