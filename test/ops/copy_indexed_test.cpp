@@ -26,7 +26,7 @@ std::vector<OpCase> copy_indexed_cases() {
     std::vector<int32_t> from, to;
     for (int64_t j = 0; j < n; ++j) {
       from.push_back(static_cast<int32_t>((j * 37 + 11) % S));
-      to.push_back(static_cast<int32_t>((j * 7 + 3) % O));  // distinct: 7 and 700 are coprime
+      to.push_back(static_cast<int32_t>((j * 3 + 5) % O));  // distinct: 3 and 700 are coprime
     }
     OpArg dst = ints(counting(O, -5, -3), {O});
     dst.role = Role::kInOut;
