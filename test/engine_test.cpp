@@ -276,6 +276,19 @@ TEST(Engine, ARequestSampledOnTheHostHoldsTheOverlapBack) {
   EXPECT_LT(fed, 14);
 }
 
+// Prompts longer than the step's budget: the first steps prefill chunks that sample nothing, go
+// in flight with no tokens, and the steps after them are launched on no fed tokens.
+TEST(Engine, OverlappedStepsAfterChunksThatSampleNothing) {
+  const std::vector<Prompt> prompts = {{ids_from(21, 4), greedy(6)}, {ids_from(13, 8), greedy(5)}};
+  auto make = [] { return FakeModel::create(small_blocks(40)); };
+  std::unique_ptr<FakeModel> model = make();
+  std::unique_ptr<Engine> engine = make_engine(*model, overlap(2, 8, true));
+  ASSERT_NE(engine, nullptr);
+  expect_same_tokens(run_all(*engine, prompts), run_alone(prompts, make));
+  EXPECT_GT(model->fed_steps(), 5);
+  EXPECT_EQ(engine->pool().available(), engine->pool().blocks());
+}
+
 // A request cancelled while a step holding it is in flight reports the tokens read so far; the
 // one beside it goes on to what it gives alone.
 TEST(Engine, CancelWhileAStepIsInFlight) {

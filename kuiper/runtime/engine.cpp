@@ -383,9 +383,14 @@ Status Engine::schedule_and_run(StepStats* read, std::vector<FinishedRequest>* f
 Status Engine::launch(const std::vector<Entry*>& entries, const Tensor* fed, Launched* step) {
   std::vector<SequenceInput> batch;
   batch.reserve(entries.size());
-  for (const Entry* e : entries) batch.push_back(e->input);
+  bool feeds = false;  // a step after one that sampled nothing has no tokens to feed
+  for (const Entry* e : entries) {
+    batch.push_back(e->input);
+    feeds = feeds || e->input.fed >= 0;
+  }
   KUIPER_ASSIGN_OR_RETURN(const Tensor logits,
-                          fed != nullptr ? model_.forward(batch, *fed) : model_.forward(batch));
+                          feeds && fed != nullptr ? model_.forward(batch, *fed)
+                                                  : model_.forward(batch));
   const int slot = next_slot_;
   next_slot_ ^= 1;
   const int64_t n = logits.dim(0);

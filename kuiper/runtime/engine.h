@@ -155,8 +155,9 @@ class Engine {
   // the step in flight (in_flight_) with its tokens on the device.
   Status run(const std::vector<Entry*>& entries, std::vector<FinishedRequest>* finished,
              bool may_overlap);
-  // One forward over `entries` (fed: the tokens their fed rows name, on the device), its arg-max
-  // into the next token slot and the copy of it to the host started.
+  // One forward over `entries` (fed: the tokens their fed rows name, on the device; read only
+  // where an entry is fed), its arg-max into the next token slot and the copy of it to the host
+  // started.
   Status launch(const std::vector<Entry*>& entries, const Tensor* fed, Launched* step);
   // The step after `last`, scheduled and launched on last's tokens on the device, each request
   // that samples in `last` and goes on holding a placeholder token until they are read; none
