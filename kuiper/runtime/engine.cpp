@@ -287,7 +287,7 @@ Result<std::vector<FinishedRequest>> Engine::step() {
     const Clock::time_point start = Clock::now();
     Launched last = std::move(*in_flight_);
     in_flight_.reset();
-    KUIPER_ASSIGN_OR_RETURN(in_flight_, launch_next(last));
+    KUIPER_ASSIGN_OR_RETURN(in_flight_, launch_next(last, &finished));
     launched = in_flight_.has_value();
     KUIPER_RETURN_IF_ERROR(collect(last, &finished));
     read = last.stats;
@@ -417,7 +417,8 @@ Status Engine::launch(const std::vector<Entry*>& entries, const Tensor* fed, Lau
   return Status::Ok();
 }
 
-Result<std::optional<Engine::Launched>> Engine::launch_next(Launched& last) {
+Result<std::optional<Engine::Launched>> Engine::launch_next(
+    Launched& last, std::vector<FinishedRequest>* finished) {
   if (!overlap_steps_ || cancelled_ > 0 || host_path_ > 0) return std::optional<Launched>();
   // last's spans ran (on the device, in order before anything launched now), but those of
   // requests that ended on tokens read since it was launched.
@@ -440,11 +441,9 @@ Result<std::optional<Engine::Launched>> Engine::launch_next(Launched& last) {
   }
   const std::vector<ScheduledSpan> spans = scheduler_.schedule();
   if (spans.empty()) return std::optional<Launched>();
-  std::vector<FinishedRequest> failed;  // a span that cannot be prepared (none without images)
   std::vector<Entry> entries;
   std::vector<Entry*> ready;
-  prepare_spans(spans, &entries, &ready, &failed);
-  if (!failed.empty()) return Status::Error("engine: a span of an overlapped step failed");
+  prepare_spans(spans, &entries, &ready, finished);
   if (ready.empty()) return std::optional<Launched>();
   const Clock::time_point start = Clock::now();
   Launched next;

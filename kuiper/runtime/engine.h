@@ -161,8 +161,10 @@ class Engine {
   Status launch(const std::vector<Entry*>& entries, const Tensor* fed, Launched* step);
   // The step after `last`, scheduled and launched on last's tokens on the device, each request
   // that samples in `last` and goes on holding a placeholder token until they are read; none
-  // where a request takes its tokens on the host or one is cancelled.
-  Result<std::optional<Launched>> launch_next(Launched& last);
+  // where a request takes its tokens on the host or one is cancelled. A request whose span
+  // cannot be prepared fails into `finished`.
+  Result<std::optional<Launched>> launch_next(Launched& last,
+                                              std::vector<FinishedRequest>* finished);
   // Reads `step`'s tokens and advances its requests (those that finished meanwhile skipped),
   // each placeholder giving way to its token.
   Status collect(Launched& step, std::vector<FinishedRequest>* finished);
