@@ -63,7 +63,7 @@ Tensor int_tensor(const std::vector<int32_t>& values, const std::vector<int64_t>
     ADD_FAILURE() << "int_tensor: " << values.size() << " values for shape " << shape_string(shape);
     return Tensor();
   }
-  std::memcpy(t->raw(), values.data(), values.size() * sizeof(int32_t));
+  if (!values.empty()) std::memcpy(t->raw(), values.data(), values.size() * sizeof(int32_t));
   return *t;
 }
 
