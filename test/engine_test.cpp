@@ -239,6 +239,40 @@ TEST(Engine, OverlappedStepsWithPreemptionGiveWhatEachGivesAlone) {
   EXPECT_EQ(engine->pool().available(), engine->pool().blocks());
 }
 
+// Requests that draw their tokens on the device (seeded, no penalty) are overlapped like greedy
+// ones: each draws its uniforms in the same order as stepped in turn, so a batch of drawing and
+// greedy requests, arriving and ending at different steps, gives the same tokens either way.
+TEST(Engine, OverlappedDrawsGiveWhatStepsInTurnGive) {
+  GenerationOptions warped = seeded(9, 5);
+  warped.sampling.top_k = 6;
+  warped.sampling.top_p = 0.8f;
+  warped.sampling.temperature = 0.7f;
+  const std::vector<Prompt> prompts = {
+      {ids_from(5, 1), seeded(12, 1)}, {ids_from(7, 3), greedy(8)}, {ids_from(3, 2), warped},
+      {ids_from(6, 9), seeded(15, 2)}, {ids_from(4, 11), greedy(3)}, {ids_from(9, 13), seeded(6, 3)},
+  };
+  std::vector<Result<Generation>> got[2];
+  int64_t fed = 0, steps = 0;
+  for (int on = 0; on < 2; ++on) {
+    std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(40));
+    std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, on == 1));
+    ASSERT_NE(engine, nullptr);
+    got[on] = run_all(*engine, prompts);
+    fed = model->fed_steps();
+    steps = static_cast<int64_t>(model->batches().size());
+    EXPECT_EQ(engine->pool().available(), engine->pool().blocks());
+  }
+  expect_same_tokens(got[1], got[0]);
+  EXPECT_EQ(fed, steps - 1);
+  // The draws did draw: a seeded request's tokens differ from the greedy ones of its prompt.
+  std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(40));
+  std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, true));
+  const std::vector<Result<Generation>> argmax = run_all(*engine, {{ids_from(5, 1), greedy(12)}});
+  ASSERT_OK(argmax[0]);
+  ASSERT_OK(got[1][0]);
+  EXPECT_NE(argmax[0]->ids, got[1][0]->ids);
+}
+
 // A request whose tokens the host samples holds the overlap back while it runs or waits; the
 // greedy requests beside it are overlapped before it comes and after it ends, and every request
 // gives what the same requests stepped in turn give.
@@ -249,7 +283,9 @@ TEST(Engine, ARequestSampledOnTheHostHoldsTheOverlapBack) {
     std::unique_ptr<FakeModel> model = FakeModel::create(small_blocks(40));
     std::unique_ptr<Engine> engine = make_engine(*model, overlap(4, 64, on == 1));
     ASSERT_NE(engine, nullptr);
-    const Prompt first = {ids_from(5, 1), greedy(20)}, sampled = {ids_from(4, 7), seeded(4, 9)};
+    GenerationOptions penalised = seeded(4, 9);  // OpenAI's penalty: counted on the host
+    penalised.sampling.presence_penalty = 0.5f;
+    const Prompt first = {ids_from(5, 1), greedy(20)}, sampled = {ids_from(4, 7), penalised};
     Result<int64_t> a = engine->add_request(first.ids, {}, first.options);
     ASSERT_OK(a);
     std::vector<Result<Generation>> done(2, Status::Error("not finished"));

@@ -35,10 +35,13 @@ bool plain_argmax(const Sampler& sampler) {
          p.frequency_penalty == 0.0f;
 }
 
-// Whether a request's tokens can all come from the device's arg-max: no image (a step holding
-// image rows is not overlapped), no log-probabilities, the plain arg-max.
+// Whether a request's tokens can all be drawn on the device from its logits alone, before the
+// host has the tokens before them: the plain arg-max, or op::sample_rows' warpers and draw with
+// no penalty (a penalty reads the tokens so far). No image (a step holding image rows is not
+// overlapped), no log-probabilities.
 bool device_path(const Sampler& sampler, const GenerationOptions& options, bool images) {
-  return plain_argmax(sampler) && options.logprobs < 0 && !images;
+  const bool drawn = sampler.samples_on_device() && sampler.params().repeat_penalty == 1.0f;
+  return (plain_argmax(sampler) || drawn) && options.logprobs < 0 && !images;
 }
 
 // The log-softmax of `row` at `id` and its `k` largest entries.
@@ -400,7 +403,30 @@ Status Engine::launch(const std::vector<Entry*>& entries, const Tensor* fed, Lau
       KUIPER_ASSIGN_OR_RETURN(tokens, Tensor::empty({n}, DataType::kInt32, logits.device()));
     }
     Tensor rows = tokens.rows(0, n);
-    KUIPER_RETURN_IF_ERROR(op::argmax(logits, rows));
+    // Every row the arg-max where all take it; else every row through op::sample_rows (the
+    // arg-max rows at temperature 0), each drawing request's uniform from its own generator, once
+    // a token as in turn.
+    std::vector<op::SampleRow> sample_rows;
+    std::vector<int32_t> recent;  // no penalty on this path: no window
+    int64_t row = 0;
+    bool draws = false;
+    for (const Entry* e : entries) {
+      if (e->input.logits != LogitRows::kLast) continue;
+      Sampler& sampler = e->request->sampler;
+      if (plain_argmax(sampler)) {
+        sample_rows.push_back(op::SampleRow{});
+        sample_rows.back().row = row;
+      } else {
+        sample_rows.push_back(sampler.sample_row(row, e->request->sequence.tokens, &recent));
+        draws = true;
+      }
+      ++row;
+    }
+    if (draws) {
+      KUIPER_RETURN_IF_ERROR(op::sample_rows(logits, sample_rows, recent, sample_workspace_, rows));
+    } else {
+      KUIPER_RETURN_IF_ERROR(op::argmax(logits, rows));
+    }
     KUIPER_RETURN_IF_ERROR(reads_[slot].start(rows.raw(), rows.device(),
                                               static_cast<size_t>(n) * sizeof(int32_t)));
   }

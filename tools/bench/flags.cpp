@@ -107,6 +107,10 @@ DEFINE_int64(max_batch_tokens, 2048, "throughput: tokens one engine step runs at
 DEFINE_bool(overlap_steps, true,
             "throughput: launch each step before the host reads the last one's tokens "
             "(EngineOptions::overlap_steps); --no-overlap-steps runs them in turn");
+DEFINE_double(temperature, 0.0,
+              "throughput: each request's sampling temperature (0: greedy arg-max); above 0 the "
+              "tokens are drawn with the sampler's other defaults (top-k 40, top-p 0.95, min-p "
+              "0.05) and a seed a request");
 DEFINE_bool(warmup, true,
             "throughput: before each concurrency, run that many short requests on a fresh "
             "engine (cuBLAS heuristics, CUDA graphs)");

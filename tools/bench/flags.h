@@ -56,6 +56,7 @@ DECLARE_string(concurrency);
 DECLARE_int32(shared_prefix);
 DECLARE_int64(max_batch_tokens);
 DECLARE_bool(overlap_steps);
+DECLARE_double(temperature);
 DECLARE_bool(warmup);
 DECLARE_uint64(seed);
 DECLARE_string(quantize);

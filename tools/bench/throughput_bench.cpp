@@ -109,12 +109,13 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
   KUIPER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                           Engine::create(model, tokenizer, engine_options));
   GenerationOptions options;
-  options.sampling.temperature = 0.0f;  // greedy: no sampling cost beyond the arg-max
+  options.sampling.temperature = static_cast<float>(FLAGS_temperature);  // 0: the arg-max
   options.ignore_eos = true;
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < n; ++i) {
     arrivals[i].reserve(static_cast<size_t>(w.outputs[i]));
     options.max_tokens = w.outputs[i];
+    options.sampling.seed = i + 1;
     std::vector<Clock::time_point>* times = &arrivals[i];
     TextCallback on_text = [times](const std::string&) { times->push_back(Clock::now()); };
     KUIPER_ASSIGN_OR_RETURN(const int64_t id,
@@ -202,6 +203,7 @@ json point_row(const std::string& kind, const ThroughputSetup& setup, int64_t co
            {"shared_prefix", FLAGS_shared_prefix},
            {"max_batch_tokens", FLAGS_max_batch_tokens},
            {"overlap_steps", FLAGS_overlap_steps},
+           {"temperature", FLAGS_temperature},
            {"seconds", s.seconds},
            {"steps", s.steps},
            {"tokens_per_step", static_cast<double>(run_tokens) / static_cast<double>(s.steps)},
