@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -201,6 +202,47 @@ TEST(SampleRows, CudaMatchesSampleRowByRowOnQwensVocabulary) {
                 "%.3f ms (%.1fx)\n",
                 static_cast<long long>(S), static_cast<long long>(V), batched,
                 static_cast<long long>(S), each, each / batched);
+  }
+}
+
+// Four rows or more that each keep at most 1024 tokens (greedy, or top-k from 1 to 1024, with
+// top-p, min-p and penalties) go through the GPU's radix select instead of the full sort: the
+// same tokens as the CPU's sort (and as op::sample row by row, which sorts), at Qwen's
+// vocabulary, at a V that is not a multiple of the block, and with logits on a coarse grid, so
+// that thousands of keys tie at the select's threshold (the lower ids first, as the stable sort
+// keeps them).
+TEST(SampleRows, CudaSelectsTheKeptTokensAsTheCpuSorts) {
+  SKIP_WITHOUT_CUDA();
+  static const std::vector<op::SampleParams> few = {
+      warpers(0.0f, 0, 1.0f, 0.0f, 1.0f),       // greedy
+      warpers(0.8f, 40, 0.95f, 0.05f, 1.0f),    // llama.cpp's defaults
+      warpers(0.0f, 0, 1.0f, 0.0f, 1.3f),       // greedy with the penalty
+      warpers(1.0f, 1, 1.0f, 0.0f, 1.0f),       // top-1
+      warpers(0.7f, 5, 1.0f, 0.0f, 1.5f),       // top-k with the penalty
+      warpers(1.2f, 300, 0.8f, 0.01f, 1.1f),    // everything
+      warpers(1.0f, 1024, 1.0f, 0.0f, 1.0f),    // the most the select keeps
+      warpers(2.0f, 1000, 0.99f, 0.0f, 0.8f),   // a penalty < 1
+  };
+  struct Case {
+    int64_t S, V;
+    float grid;  // logits rounded to multiples of this (0: as drawn)
+  };
+  for (const Case c : {Case{9, 3001, 0.0f}, Case{24, 151936, 0.0f}, Case{16, 5000, 0.5f},
+                       Case{16, 151936, 1.0f}}) {
+    Tensor logits = *Tensor::empty({c.S, c.V}, DataType::kFp32);
+    ASSERT_OK(op::fill_random(logits, static_cast<uint64_t>(c.V + c.S), 6.0f, 0.0f));
+    if (c.grid > 0.0f) {
+      float* v = logits.data<float>();
+      for (int64_t i = 0; i < logits.numel(); ++i) v[i] = std::round(v[i] / c.grid) * c.grid;
+    }
+    Batch batch = make_batch(c.S, c.S, c.V, static_cast<uint64_t>(c.V) + 7);
+    for (size_t i = 0; i < batch.rows.size(); ++i) batch.rows[i].params = few[i % few.size()];
+    op::SampleWorkspace cpu_ws, cuda_ws;
+    const Tensor on_gpu = *logits.to(DeviceType::kCuda);
+    const std::string name = std::to_string(c.S) + " rows of " + std::to_string(c.V) +
+                             (c.grid > 0.0f ? ", ties" : "");
+    EXPECT_EQ(sample_all(on_gpu, batch, cuda_ws), sample_all(logits, batch, cpu_ws)) << name;
+    EXPECT_EQ(sample_each(on_gpu, batch), sample_all(logits, batch, cpu_ws)) << name;
   }
 }
 
