@@ -206,13 +206,20 @@ TEST(SampleRows, CudaMatchesSampleRowByRowOnQwensVocabulary) {
 }
 
 // Four rows or more that each keep at most 1024 tokens (greedy, or top-k from 1 to 1024, with
-// top-p, min-p and penalties) go through the GPU's radix select instead of the full sort: the
-// same tokens as the CPU's sort (and as op::sample row by row, which sorts), at Qwen's
-// vocabulary, at a V that is not a multiple of the block, and with logits on a coarse grid, so
-// that thousands of keys tie at the select's threshold (the lower ids first, as the stable sort
-// keeps them).
-TEST(SampleRows, CudaSelectsTheKeptTokensAsTheCpuSorts) {
+// top-p, min-p and penalties) or draw from the whole vocabulary (top-k 0, top-p 1, min-p 0: the
+// OpenAI API's defaults) are drawn on the GPU without the full sort (a radix select of the kept
+// tokens; a radix search of the cumulative probability): the same tokens as the CPU's sort (and
+// as op::sample row by row, which sorts), at Qwen's vocabulary, at a V that is not a multiple of
+// the block, and with logits on a coarse grid, so that thousands of keys tie at the select's
+// threshold and at the draw's crossing (the lower ids first, as the stable sort keeps them).
+// Batches of selecting rows alone, of whole rows alone, and of both.
+TEST(SampleRows, CudaDrawsWithoutTheSortAsTheCpuSorts) {
   SKIP_WITHOUT_CUDA();
+  static const std::vector<op::SampleParams> whole = {
+      warpers(1.0f, 0, 1.0f, 0.0f, 1.0f),       // OpenAI's defaults
+      warpers(0.7f, 0, 1.0f, 0.0f, 1.3f),       // with the penalty
+      warpers(1.5f, 0, 1.0f, 0.0f, 0.9f),       // a penalty < 1
+  };
   static const std::vector<op::SampleParams> few = {
       warpers(0.0f, 0, 1.0f, 0.0f, 1.0f),       // greedy
       warpers(0.8f, 40, 0.95f, 0.05f, 1.0f),    // llama.cpp's defaults
@@ -235,14 +242,20 @@ TEST(SampleRows, CudaSelectsTheKeptTokensAsTheCpuSorts) {
       float* v = logits.data<float>();
       for (int64_t i = 0; i < logits.numel(); ++i) v[i] = std::round(v[i] / c.grid) * c.grid;
     }
-    Batch batch = make_batch(c.S, c.S, c.V, static_cast<uint64_t>(c.V) + 7);
-    for (size_t i = 0; i < batch.rows.size(); ++i) batch.rows[i].params = few[i % few.size()];
-    op::SampleWorkspace cpu_ws, cuda_ws;
     const Tensor on_gpu = *logits.to(DeviceType::kCuda);
-    const std::string name = std::to_string(c.S) + " rows of " + std::to_string(c.V) +
-                             (c.grid > 0.0f ? ", ties" : "");
-    EXPECT_EQ(sample_all(on_gpu, batch, cuda_ws), sample_all(logits, batch, cpu_ws)) << name;
-    EXPECT_EQ(sample_each(on_gpu, batch), sample_all(logits, batch, cpu_ws)) << name;
+    for (const char* kind : {"selecting", "whole", "both"}) {
+      Batch batch = make_batch(c.S, c.S, c.V, static_cast<uint64_t>(c.V) + 7);
+      for (size_t i = 0; i < batch.rows.size(); ++i) {
+        const bool draws_whole = kind[0] == 'w' || (kind[0] == 'b' && i % 2 == 1);
+        batch.rows[i].params = draws_whole ? whole[i % whole.size()] : few[i % few.size()];
+      }
+      op::SampleWorkspace cpu_ws, cuda_ws;
+      const std::string name = std::to_string(c.S) + " rows of " + std::to_string(c.V) + ", " +
+                               kind + (c.grid > 0.0f ? ", ties" : "");
+      const std::vector<int32_t> cpu = sample_all(logits, batch, cpu_ws);
+      EXPECT_EQ(sample_all(on_gpu, batch, cuda_ws), cpu) << name;
+      EXPECT_EQ(sample_each(on_gpu, batch), cpu) << name;
+    }
   }
 }
 

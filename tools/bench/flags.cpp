@@ -109,8 +109,11 @@ DEFINE_bool(overlap_steps, true,
             "(EngineOptions::overlap_steps); --no-overlap-steps runs them in turn");
 DEFINE_double(temperature, 0.0,
               "throughput: each request's sampling temperature (0: greedy arg-max); above 0 the "
-              "tokens are drawn with the sampler's other defaults (top-k 40, top-p 0.95, min-p "
-              "0.05) and a seed a request");
+              "tokens are drawn (--top-k, --top-p, --min-p; the OpenAI API's defaults are 0, 1 "
+              "and 0) with a seed a request");
+DEFINE_int32(top_k, 40, "throughput: each request's top-k with --temperature (0: all)");
+DEFINE_double(top_p, 0.95, "throughput: each request's top-p with --temperature (1: all)");
+DEFINE_double(min_p, 0.05, "throughput: each request's min-p with --temperature (0: all)");
 DEFINE_bool(warmup, true,
             "throughput: before each concurrency, run that many short requests on a fresh "
             "engine (cuBLAS heuristics, CUDA graphs)");

@@ -110,6 +110,9 @@ Result<Served> serve(kuiper::Model& model, const Tokenizer& tokenizer, const Wor
                           Engine::create(model, tokenizer, engine_options));
   GenerationOptions options;
   options.sampling.temperature = static_cast<float>(FLAGS_temperature);  // 0: the arg-max
+  options.sampling.top_k = FLAGS_top_k;
+  options.sampling.top_p = static_cast<float>(FLAGS_top_p);
+  options.sampling.min_p = static_cast<float>(FLAGS_min_p);
   options.ignore_eos = true;
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < n; ++i) {
@@ -204,6 +207,9 @@ json point_row(const std::string& kind, const ThroughputSetup& setup, int64_t co
            {"max_batch_tokens", FLAGS_max_batch_tokens},
            {"overlap_steps", FLAGS_overlap_steps},
            {"temperature", FLAGS_temperature},
+           {"top_k", FLAGS_top_k},
+           {"top_p", FLAGS_top_p},
+           {"min_p", FLAGS_min_p},
            {"seconds", s.seconds},
            {"steps", s.steps},
            {"tokens_per_step", static_cast<double>(run_tokens) / static_cast<double>(s.steps)},

@@ -13,12 +13,20 @@
 //      the first key, the arg-max).
 // Where at least kSelectMinRows rows each keep at most kSelectMost tokens (top_k in [1,
 // kSelectMost], or greedy: one), steps 1 and 2 are cheaper (the sort of S * V pairs was about
-// 0.5 ms of a 64-sequence step):
+// 0.5 ms of a 64-sequence step, 2.5 ms of a 256-sequence one):
 //   1'. keys of 32 bits, no ids, the rows apart by place only;
 //   2'. one block a row finds its n-th smallest key by radix select (three passes of a shared
 //      histogram over the row), gathers the keys below it and, in id order, as many equal to it
 //      as n needs (the stable sort's tie rule), and sorts those n (key, id) pairs; step 3 reads
 //      them as it reads the sort's.
+// Rows that draw from the whole vocabulary untruncated (top-k 0, top-p 1, min-p 0: the OpenAI
+// API's defaults) take 1' and, instead of 2' and 3:
+//   2''. one block a row forms the softmax over its unsorted keys and finds the key at which the
+//      sorted order's cumulative probability passes the uniform by the same radix passes, each
+//      bin's probability summed instead of its count, then the id among the keys equal to it.
+// Any other row (top-k 0 with top-p or min-p, top-k above kSelectMost) sends its group of rows to
+// the sort. The sums run in another order than the CPU's (as the block reductions of step 3
+// already do), so the rule above holds: the same token but within a rounding of a boundary.
 // op::sample's greedy rows without the penalty are the arg-max kernel over the logits.
 #include <cub/cub.cuh>
 
@@ -110,6 +118,13 @@ __global__ void penalty_kernel(const float* __restrict__ logits,
   store_key(keys, r, V, id, __fmul_rn(p, inv_temperature(row.params)));
 }
 
+// Whether a row draws from its whole vocabulary untruncated (top-k 0, top-p 1, min-p 0: the
+// OpenAI API's defaults), past what the select keeps: whole_draw_kernel's rows.
+__host__ __device__ bool draws_whole(const op::SampleParams& p, int64_t V) {
+  return p.temperature != 0.0f && (p.top_k <= 0 || p.top_k >= V) && p.top_p >= 1.0f &&
+         p.min_p <= 0.0f && V > kSelectMost;
+}
+
 // The tokens row r keeps at most: one greedy, else top_k (0: all).
 __device__ int64_t kept_most(const op::SampleParams& p, int64_t V) {
   if (p.temperature == 0.0f) return 1;
@@ -144,6 +159,7 @@ __global__ void __launch_bounds__(kThreads)
   unsigned* const histogram = phase.histogram;
   uint64_t* const candidates = phase.candidates;
   const int64_t r = blockIdx.x;
+  if (draws_whole(rows[r].params, V)) return;  // whole_draw_kernel's
   const uint32_t* row = keys + r * V;
   const unsigned n = static_cast<unsigned>(kept_most(rows[r].params, V));
   const int t = threadIdx.x;
@@ -234,9 +250,12 @@ __global__ void __launch_bounds__(kThreads)
 using BlockReduce = cub::BlockReduce<double, kThreads>;
 using BlockScan = cub::BlockScan<double, kThreads>;
 
+using KeyReduce = cub::BlockReduce<uint32_t, kThreads>;
+
 union SharedStorage {
   typename BlockReduce::TempStorage reduce;
   typename BlockScan::TempStorage scan;
+  typename KeyReduce::TempStorage key_reduce;
 };
 
 // Sum of value(i) over [0, n) in double, broadcast to every thread.
@@ -279,7 +298,8 @@ __device__ int64_t first_crossing(int64_t n, Value value, Crossed crossed, Share
 // Step 3 of the file comment: block r draws row r's token from its sorted keys and ids.
 __global__ void __launch_bounds__(kThreads)
     draw_kernel(const uint64_t* __restrict__ sorted_keys, const int32_t* __restrict__ sorted_ids,
-                int64_t V, const op::SampleRow* __restrict__ rows, int32_t* __restrict__ out) {
+                int64_t V, const op::SampleRow* __restrict__ rows, bool skip_whole,
+                int32_t* __restrict__ out) {
   __shared__ SharedStorage storage;
   __shared__ double shared_sum;
   __shared__ int64_t shared_index;
@@ -287,6 +307,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t* keys = sorted_keys + r * V;
   const int32_t* ids = sorted_ids + r * V;
   const op::SampleParams& params = rows[r].params;
+  if (skip_whole && draws_whole(params, V)) return;  // whole_draw_kernel's
   if (params.temperature == 0.0f) {  // greedy: the most likely, the lowest id among equals
     if (threadIdx.x == 0) out[r] = ids[0];
     return;
@@ -338,6 +359,149 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[r] = ids[pick < kept ? pick : kept - 1];
 }
 
+// Step 2'' of the file comment: block r draws row r's token from its unsorted 32-bit keys, where
+// the row keeps its whole vocabulary (draws_whole). The sorted order's cumulative probability
+// crosses the uniform at one key: found from the top bits down, as the select finds the n-th
+// smallest, with a shared histogram of each bin's probability instead of its count; among the
+// keys equal to it, the ids in order. probs: [S, V] scratch for the rows' probabilities.
+__global__ void __launch_bounds__(kThreads)
+    whole_draw_kernel(const uint32_t* __restrict__ keys, int64_t V,
+                      const op::SampleRow* __restrict__ rows, float* __restrict__ probs,
+                      int32_t* __restrict__ out) {
+  __shared__ SharedStorage storage;
+  __shared__ double mass[kBins];
+  __shared__ typename SelectScan::TempStorage count_scan;
+  __shared__ double shared_sum, shared_below;
+  __shared__ unsigned shared_key, shared_bin;
+  __shared__ int64_t shared_index;
+  const int64_t r = blockIdx.x;
+  const op::SampleParams& params = rows[r].params;
+  if (!draws_whole(params, V)) return;
+  const uint32_t* row = keys + r * V;
+  float* prob = probs + r * V;
+  const double uniform = rows[r].uniform;
+  const int t = threadIdx.x;
+
+  // The most likely key (the smallest), then the softmax's terms as the draw kernel forms them.
+  uint32_t smallest = 0xffffffffu;
+  for (int64_t i = t; i < V; i += kThreads) smallest = min(smallest, row[i]);
+  smallest = KeyReduce(storage.key_reduce)
+                 .Reduce(smallest, [](uint32_t a, uint32_t b) { return a < b ? a : b; });
+  if (t == 0) shared_key = smallest;
+  __syncthreads();
+  const float top = key_value(shared_key);
+  __syncthreads();
+  auto weight = [&](uint32_t key) {
+    return exp(static_cast<double>(__fsub_rn(key_value(key), top)));
+  };
+  const double total =
+      block_sum(V, [&](int64_t i) { return weight(row[i]); }, storage, &shared_sum);
+  const double kept_mass = block_sum(
+      V,
+      [&](int64_t i) {
+        const float p = static_cast<float>(weight(row[i]) / total);
+        prob[i] = p;
+        return static_cast<double>(p);
+      },
+      storage, &shared_sum);  // its __syncthreads make prob visible to the block
+  auto renormalised = [&](float p) {
+    return static_cast<double>(static_cast<float>(static_cast<double>(p) / kept_mass));
+  };
+
+  // The key at which the cumulative probability (most likely first) passes the uniform, 11 + 11
+  // + 10 bits from the top: in each pass the last bin holding probability that starts at or
+  // below the uniform (so that rounding between the threads' sums can leave no gap); `below`
+  // ends as the probability of the keys before it.
+  uint32_t prefix = 0, mask = 0;
+  double below = 0.0;
+  bool past_end = false;  // the uniform fell in the rounding gap at the top of the distribution
+  for (int shift = 32 - kDigitBits; shift > -kDigitBits; shift -= kDigitBits) {
+    const int low = shift < 0 ? 0 : shift;
+    const uint32_t digit_mask = (1u << (shift + kDigitBits - low)) - 1u;
+    mass[2 * t] = 0.0;
+    mass[2 * t + 1] = 0.0;
+    if (t == 0) shared_bin = 0;
+    __syncthreads();
+    for (int64_t i = t; i < V; i += kThreads) {
+      const uint32_t k = row[i];
+      if ((k & mask) == prefix) atomicAdd(&mass[(k >> low) & digit_mask], renormalised(prob[i]));
+    }
+    __syncthreads();
+    const double h0 = mass[2 * t], h1 = mass[2 * t + 1];
+    double before = 0.0, all = 0.0;
+    BlockScan(storage.scan).ExclusiveSum(h0 + h1, before, all);
+    if (shift == 32 - kDigitBits && uniform >= all) {  // uniform: block-wide
+      past_end = true;
+      break;
+    }
+    const double start = below + before;
+    unsigned bin = 0;  // 1 + the bin, 0: none of this thread's
+    if (h0 > 0.0 && start <= uniform) bin = 2 * t + 1;
+    if (h1 > 0.0 && start + h0 <= uniform) bin = 2 * t + 2;
+    if (bin != 0) atomicMax(&shared_bin, bin);
+    __syncthreads();
+    if (bin != 0 && bin == shared_bin) shared_below = bin == 2 * t + 1 ? start : start + h0;
+    __syncthreads();
+    prefix |= (shared_bin - 1) << low;
+    mask |= digit_mask << low;
+    below = shared_below;
+    __syncthreads();  // the bins are read before the next pass writes them
+  }
+  __syncthreads();
+
+  if (past_end) {  // the last of the sorted order: the largest key, its largest id
+    uint32_t largest = 0;
+    for (int64_t i = t; i < V; i += kThreads) largest = max(largest, row[i]);
+    largest = KeyReduce(storage.key_reduce)
+                  .Reduce(largest, [](uint32_t a, uint32_t b) { return a > b ? a : b; });
+    if (t == 0) {
+      shared_key = largest;
+      shared_index = 0;  // ids are >= 0: atomicMax from 0
+    }
+    __syncthreads();
+    for (int64_t i = t; i < V; i += kThreads) {
+      if (row[i] == shared_key) {
+        atomicMax(reinterpret_cast<unsigned long long*>(&shared_index),
+                  static_cast<unsigned long long>(i));
+      }
+    }
+    __syncthreads();
+    if (t == 0) out[r] = static_cast<int32_t>(shared_index);
+    return;
+  }
+
+  // Among the keys equal to the crossing one (each of the same probability), the draw passes
+  // `skip` of them in id order: the tile holding the next is found by counts, the token in it by
+  // a scan. A skip past the last (rounding) takes the last.
+  const uint32_t key = prefix;
+  const double each = renormalised(static_cast<float>(weight(key) / total));
+  const double skip_d = floor((uniform - below) / each);
+  unsigned long long skip = skip_d > 0.0 ? static_cast<unsigned long long>(skip_d) : 0;
+  if (t == 0) shared_index = 0;  // ids are >= 0: atomicMax from 0
+  __syncthreads();
+  unsigned long long seen = 0;
+  for (int64_t base = 0; base < V; base += kThreads) {
+    const int64_t i = base + t;
+    const bool equal = i < V && row[i] == key;
+    const unsigned tile_equal = static_cast<unsigned>(__syncthreads_count(equal));
+    if (equal) {  // the last equal key so far, for a skip past the end
+      atomicMax(reinterpret_cast<unsigned long long*>(&shared_index),
+                static_cast<unsigned long long>(i));
+    }
+    if (seen + tile_equal > skip) {
+      unsigned rank = 0;
+      SelectScan(count_scan).ExclusiveSum(equal ? 1u : 0u, rank);
+      __syncthreads();  // every thread has read shared_index's running value's updates
+      if (equal && seen + rank == skip) shared_index = i;
+      __syncthreads();
+      break;
+    }
+    seen += tile_equal;
+  }
+  __syncthreads();
+  if (t == 0) out[r] = static_cast<int32_t>(shared_index);
+}
+
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
 
 // The bits of a sort key for S rows: the logit's 32 and enough above them for r < S.
@@ -379,28 +543,43 @@ Status prepare(op::SampleWorkspace& ws, int64_t S, int64_t V, size_t table_bytes
   return Status::Ok();
 }
 
-// Whether steps 1' and 2' take these rows (params: the rows' own): enough of them, each keeping
-// few enough tokens.
-bool selects(const std::vector<op::SampleParams>& params, int64_t V) {
-  if (static_cast<int64_t>(params.size()) < kSelectMinRows) return false;
+// How a group of rows is drawn: without the sort where there are enough of them and each keeps
+// few enough tokens (steps 1' and 2') or draws from its whole vocabulary (step 2''); else by
+// the sort (steps 1 and 2).
+struct Plan {
+  bool sort = true;
+  bool selects = false;  // some rows keep at most kSelectMost tokens
+  bool whole = false;    // some rows draw from the whole vocabulary
+};
+
+Plan plan_for(const std::vector<op::SampleParams>& params, int64_t V) {
+  Plan plan;
+  if (static_cast<int64_t>(params.size()) < kSelectMinRows) return plan;
   for (const op::SampleParams& p : params) {
-    const bool few = p.temperature == 0.0f || (p.top_k > 0 && p.top_k <= kSelectMost) ||
-                     V <= kSelectMost;
-    if (!few) return false;
+    if (draws_whole(p, V)) {
+      plan.whole = true;
+    } else if (p.temperature == 0.0f || (p.top_k > 0 && p.top_k <= kSelectMost) ||
+               V <= kSelectMost) {
+      plan.selects = true;
+    } else {
+      return Plan{};
+    }
   }
-  return true;
+  plan.sort = false;
+  return plan;
 }
 
 // Steps 1 to 3 for S rows of logits (fp32 [*, V]) whose table (and windows' ids) the device
-// already holds; `longest` is the longest window of a penalised row; `select`: steps 1' and 2'
-// (every row keeps at most kSelectMost tokens).
+// already holds; `longest` is the longest window of a penalised row.
 Status run_rows(const float* logits, int64_t S, int64_t V, const op::SampleRow* rows,
-                const int32_t* recent, int64_t longest, bool select, op::SampleWorkspace& ws,
-                int32_t* out) {
+                const int32_t* recent, int64_t longest, const Plan& plan,
+                op::SampleWorkspace& ws, int32_t* out) {
   const dim3 scale_grid(blocks_for(V), static_cast<unsigned>(S));
   const dim3 penalty_grid(blocks_for(longest), static_cast<unsigned>(S));
-  if (select) {
-    // The 32-bit keys in alt_keys; the n pairs a row keeps into keys and ids.
+  const unsigned row_blocks = static_cast<unsigned>(S);
+  if (!plan.sort) {
+    // The 32-bit keys in alt_keys; the pairs the selecting rows keep into keys and ids; the
+    // whole rows' probabilities in alt_ids.
     uint32_t* keys32 = reinterpret_cast<uint32_t*>(ws.alt_keys.raw());
     scale_kernel<<<scale_grid, 256, 0, stream()>>>(logits, rows, V, keys32, nullptr);
     KUIPER_CUDA_CHECK_LAUNCH("sampling scale kernel");
@@ -408,12 +587,20 @@ Status run_rows(const float* logits, int64_t S, int64_t V, const op::SampleRow* 
       penalty_kernel<<<penalty_grid, 256, 0, stream()>>>(logits, rows, recent, V, keys32);
       KUIPER_CUDA_CHECK_LAUNCH("sampling penalty kernel");
     }
-    select_kernel<<<static_cast<unsigned>(S), kThreads, 0, stream()>>>(
-        keys32, V, rows, key_buffer(ws.keys), ws.ids.data<int32_t>());
-    KUIPER_CUDA_CHECK_LAUNCH("sampling select kernel");
-    draw_kernel<<<static_cast<unsigned>(S), kThreads, 0, stream()>>>(
-        key_buffer(ws.keys), ws.ids.data<int32_t>(), V, rows, out);
-    KUIPER_CUDA_CHECK_LAUNCH("sampling draw kernel");
+    if (plan.selects) {
+      select_kernel<<<row_blocks, kThreads, 0, stream()>>>(keys32, V, rows, key_buffer(ws.keys),
+                                                           ws.ids.data<int32_t>());
+      KUIPER_CUDA_CHECK_LAUNCH("sampling select kernel");
+      draw_kernel<<<row_blocks, kThreads, 0, stream()>>>(key_buffer(ws.keys),
+                                                         ws.ids.data<int32_t>(), V, rows,
+                                                         /*skip_whole=*/true, out);
+      KUIPER_CUDA_CHECK_LAUNCH("sampling draw kernel");
+    }
+    if (plan.whole) {
+      whole_draw_kernel<<<row_blocks, kThreads, 0, stream()>>>(
+          keys32, V, rows, reinterpret_cast<float*>(ws.alt_ids.raw()), out);
+      KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row draw kernel");
+    }
     return Status::Ok();
   }
   cub::DoubleBuffer<uint64_t> keys(key_buffer(ws.keys), key_buffer(ws.alt_keys));
@@ -428,8 +615,8 @@ Status run_rows(const float* logits, int64_t S, int64_t V, const op::SampleRow* 
   KUIPER_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.sort_temp.raw(), bytes, keys, ids,
                                                     static_cast<int>(S * V), 0, end_bit(S),
                                                     stream()));
-  draw_kernel<<<static_cast<unsigned>(S), kThreads, 0, stream()>>>(keys.Current(), ids.Current(),
-                                                                   V, rows, out);
+  draw_kernel<<<row_blocks, kThreads, 0, stream()>>>(keys.Current(), ids.Current(), V, rows,
+                                                     /*skip_whole=*/false, out);
   KUIPER_CUDA_CHECK_LAUNCH("sampling draw kernel");
   return Status::Ok();
 }
@@ -450,7 +637,7 @@ Status sample(const Tensor& logits, const Tensor& recent, const op::SampleParams
                                     stream()));
   return run_rows(logits.data<float>(), 1, V, static_cast<const op::SampleRow*>(ws.table.raw()),
                   penalise ? recent.data<int32_t>() : nullptr, row.recent_count,
-                  selects({params}, V), ws, out.data<int32_t>());
+                  plan_for({params}, V), ws, out.data<int32_t>());
 }
 
 Status sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
@@ -486,7 +673,7 @@ Status sample_rows(const Tensor& logits, const std::vector<op::SampleRow>& rows,
       params.push_back(r.params);
     }
     KUIPER_RETURN_IF_ERROR(run_rows(logits.data<float>(), n, V, device_rows + first,
-                                    device_recent, longest, selects(params, V), ws,
+                                    device_recent, longest, plan_for(params, V), ws,
                                     out.data<int32_t>() + first));
   }
   return Status::Ok();
