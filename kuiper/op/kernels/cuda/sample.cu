@@ -251,11 +251,13 @@ using BlockReduce = cub::BlockReduce<double, kThreads>;
 using BlockScan = cub::BlockScan<double, kThreads>;
 
 using KeyReduce = cub::BlockReduce<uint32_t, kThreads>;
+using MassScan = cub::BlockScan<unsigned long long, kThreads>;
 
 union SharedStorage {
   typename BlockReduce::TempStorage reduce;
   typename BlockScan::TempStorage scan;
   typename KeyReduce::TempStorage key_reduce;
+  typename MassScan::TempStorage mass_scan;
 };
 
 // Sum of value(i) over [0, n) in double, broadcast to every thread.
@@ -363,26 +365,36 @@ __global__ void __launch_bounds__(kThreads)
 // the row keeps its whole vocabulary (draws_whole). The sorted order's cumulative probability
 // crosses the uniform at one key: found from the top bits down, as the select finds the n-th
 // smallest, with a shared histogram of each bin's probability instead of its count; among the
-// keys equal to it, the ids in order. probs: [S, V] scratch for the rows' probabilities.
+// keys equal to it, the ids in order. The probabilities are summed in fixed point (units of
+// 2^-60: integer sums, so exact and in any order; a renormalised probability is a float, a whole
+// number of those units down to 2^-37). Scratch for row r: weights (double) and probs (float),
+// [S, V] each.
+constexpr double kFixedOne = 1152921504606846976.0;  // 2^60
+__device__ unsigned long long fixed_point(double p) {
+  return static_cast<unsigned long long>(p * kFixedOne);
+}
+
 __global__ void __launch_bounds__(kThreads)
     whole_draw_kernel(const uint32_t* __restrict__ keys, int64_t V,
-                      const op::SampleRow* __restrict__ rows, float* __restrict__ probs,
-                      int32_t* __restrict__ out) {
+                      const op::SampleRow* __restrict__ rows, double* __restrict__ weights,
+                      float* __restrict__ probs, int32_t* __restrict__ out) {
   __shared__ SharedStorage storage;
-  __shared__ double mass[kBins];
+  __shared__ unsigned long long mass[kBins];
   __shared__ typename SelectScan::TempStorage count_scan;
-  __shared__ double shared_sum, shared_below;
+  __shared__ double shared_sum;
+  __shared__ unsigned long long shared_below;
   __shared__ unsigned shared_key, shared_bin;
   __shared__ int64_t shared_index;
   const int64_t r = blockIdx.x;
   const op::SampleParams& params = rows[r].params;
   if (!draws_whole(params, V)) return;
   const uint32_t* row = keys + r * V;
+  double* weight = weights + r * V;
   float* prob = probs + r * V;
-  const double uniform = rows[r].uniform;
   const int t = threadIdx.x;
 
-  // The most likely key (the smallest), then the softmax's terms as the draw kernel forms them.
+  // The most likely key (the smallest), then the softmax as the draw kernel forms it, and each
+  // token's renormalised probability (kept: the whole row).
   uint32_t smallest = 0xffffffffu;
   for (int64_t i = t; i < V; i += kThreads) smallest = min(smallest, row[i]);
   smallest = KeyReduce(storage.key_reduce)
@@ -391,58 +403,68 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const float top = key_value(shared_key);
   __syncthreads();
-  auto weight = [&](uint32_t key) {
+  auto weight_of = [&](uint32_t key) {
     return exp(static_cast<double>(__fsub_rn(key_value(key), top)));
   };
-  const double total =
-      block_sum(V, [&](int64_t i) { return weight(row[i]); }, storage, &shared_sum);
+  const double total = block_sum(
+      V,
+      [&](int64_t i) {
+        const double w = weight_of(row[i]);
+        weight[i] = w;
+        return w;
+      },
+      storage, &shared_sum);  // its __syncthreads make each pass's writes visible to the block
   const double kept_mass = block_sum(
       V,
       [&](int64_t i) {
-        const float p = static_cast<float>(weight(row[i]) / total);
+        const float p = static_cast<float>(weight[i] / total);
         prob[i] = p;
         return static_cast<double>(p);
       },
-      storage, &shared_sum);  // its __syncthreads make prob visible to the block
+      storage, &shared_sum);
   auto renormalised = [&](float p) {
-    return static_cast<double>(static_cast<float>(static_cast<double>(p) / kept_mass));
+    return static_cast<float>(static_cast<double>(p) / kept_mass);
   };
+  for (int64_t i = t; i < V; i += kThreads) prob[i] = renormalised(prob[i]);
+  __syncthreads();
 
   // The key at which the cumulative probability (most likely first) passes the uniform, 11 + 11
-  // + 10 bits from the top: in each pass the last bin holding probability that starts at or
-  // below the uniform (so that rounding between the threads' sums can leave no gap); `below`
-  // ends as the probability of the keys before it.
+  // + 10 bits from the top: in each pass the bin holding it; `below` ends as the probability of
+  // the keys before it.
+  const unsigned long long uniform = fixed_point(rows[r].uniform);
   uint32_t prefix = 0, mask = 0;
-  double below = 0.0;
+  unsigned long long below = 0;
   bool past_end = false;  // the uniform fell in the rounding gap at the top of the distribution
   for (int shift = 32 - kDigitBits; shift > -kDigitBits; shift -= kDigitBits) {
     const int low = shift < 0 ? 0 : shift;
     const uint32_t digit_mask = (1u << (shift + kDigitBits - low)) - 1u;
-    mass[2 * t] = 0.0;
-    mass[2 * t + 1] = 0.0;
-    if (t == 0) shared_bin = 0;
+    mass[2 * t] = 0;
+    mass[2 * t + 1] = 0;
     __syncthreads();
     for (int64_t i = t; i < V; i += kThreads) {
       const uint32_t k = row[i];
-      if ((k & mask) == prefix) atomicAdd(&mass[(k >> low) & digit_mask], renormalised(prob[i]));
+      if ((k & mask) == prefix) {
+        atomicAdd(&mass[(k >> low) & digit_mask], fixed_point(static_cast<double>(prob[i])));
+      }
     }
     __syncthreads();
-    const double h0 = mass[2 * t], h1 = mass[2 * t + 1];
-    double before = 0.0, all = 0.0;
-    BlockScan(storage.scan).ExclusiveSum(h0 + h1, before, all);
+    const unsigned long long h0 = mass[2 * t], h1 = mass[2 * t + 1];
+    unsigned long long before = 0, all = 0;
+    MassScan(storage.mass_scan).ExclusiveSum(h0 + h1, before, all);
     if (shift == 32 - kDigitBits && uniform >= all) {  // uniform: block-wide
       past_end = true;
       break;
     }
-    const double start = below + before;
-    unsigned bin = 0;  // 1 + the bin, 0: none of this thread's
-    if (h0 > 0.0 && start <= uniform) bin = 2 * t + 1;
-    if (h1 > 0.0 && start + h0 <= uniform) bin = 2 * t + 2;
-    if (bin != 0) atomicMax(&shared_bin, bin);
+    const unsigned long long start = below + before;
+    if (start <= uniform && uniform < start + h0) {
+      shared_bin = 2 * t;
+      shared_below = start;
+    } else if (start + h0 <= uniform && uniform < start + h0 + h1) {
+      shared_bin = 2 * t + 1;
+      shared_below = start + h0;
+    }
     __syncthreads();
-    if (bin != 0 && bin == shared_bin) shared_below = bin == 2 * t + 1 ? start : start + h0;
-    __syncthreads();
-    prefix |= (shared_bin - 1) << low;
+    prefix |= shared_bin << low;
     mask |= digit_mask << low;
     below = shared_below;
     __syncthreads();  // the bins are read before the next pass writes them
@@ -472,34 +494,24 @@ __global__ void __launch_bounds__(kThreads)
 
   // Among the keys equal to the crossing one (each of the same probability), the draw passes
   // `skip` of them in id order: the tile holding the next is found by counts, the token in it by
-  // a scan. A skip past the last (rounding) takes the last.
+  // a scan.
   const uint32_t key = prefix;
-  const double each = renormalised(static_cast<float>(weight(key) / total));
-  const double skip_d = floor((uniform - below) / each);
-  unsigned long long skip = skip_d > 0.0 ? static_cast<unsigned long long>(skip_d) : 0;
-  if (t == 0) shared_index = 0;  // ids are >= 0: atomicMax from 0
-  __syncthreads();
+  const unsigned long long each = fixed_point(static_cast<double>(
+      renormalised(static_cast<float>(weight_of(key) / total))));
+  const unsigned long long skip = (uniform - below) / each;
   unsigned long long seen = 0;
   for (int64_t base = 0; base < V; base += kThreads) {
     const int64_t i = base + t;
     const bool equal = i < V && row[i] == key;
     const unsigned tile_equal = static_cast<unsigned>(__syncthreads_count(equal));
-    if (equal) {  // the last equal key so far, for a skip past the end
-      atomicMax(reinterpret_cast<unsigned long long*>(&shared_index),
-                static_cast<unsigned long long>(i));
-    }
     if (seen + tile_equal > skip) {
       unsigned rank = 0;
       SelectScan(count_scan).ExclusiveSum(equal ? 1u : 0u, rank);
-      __syncthreads();  // every thread has read shared_index's running value's updates
-      if (equal && seen + rank == skip) shared_index = i;
-      __syncthreads();
+      if (equal && seen + rank == skip) out[r] = static_cast<int32_t>(i);
       break;
     }
     seen += tile_equal;
   }
-  __syncthreads();
-  if (t == 0) out[r] = static_cast<int32_t>(shared_index);
 }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
@@ -578,8 +590,7 @@ Status run_rows(const float* logits, int64_t S, int64_t V, const op::SampleRow* 
   const dim3 penalty_grid(blocks_for(longest), static_cast<unsigned>(S));
   const unsigned row_blocks = static_cast<unsigned>(S);
   if (!plan.sort) {
-    // The 32-bit keys in alt_keys; the pairs the selecting rows keep into keys and ids; the
-    // whole rows' probabilities in alt_ids.
+    // The 32-bit keys in alt_keys; the pairs the selecting rows keep into keys and ids.
     uint32_t* keys32 = reinterpret_cast<uint32_t*>(ws.alt_keys.raw());
     scale_kernel<<<scale_grid, 256, 0, stream()>>>(logits, rows, V, keys32, nullptr);
     KUIPER_CUDA_CHECK_LAUNCH("sampling scale kernel");
@@ -597,8 +608,11 @@ Status run_rows(const float* logits, int64_t S, int64_t V, const op::SampleRow* 
       KUIPER_CUDA_CHECK_LAUNCH("sampling draw kernel");
     }
     if (plan.whole) {
+      // Scratch: the whole rows' weights in their rows of keys (the selecting rows' pairs take
+      // theirs), their probabilities in alt_ids.
       whole_draw_kernel<<<row_blocks, kThreads, 0, stream()>>>(
-          keys32, V, rows, reinterpret_cast<float*>(ws.alt_ids.raw()), out);
+          keys32, V, rows, reinterpret_cast<double*>(ws.keys.raw()),
+          reinterpret_cast<float*>(ws.alt_ids.raw()), out);
       KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row draw kernel");
     }
     return Status::Ok();
