@@ -196,6 +196,7 @@ struct SampleWorkspace {
   Tensor ids, alt_ids;  // int32 [S, V]
   Tensor sort_temp;     // CUB's radix-sort scratch
   Tensor table;         // the rows' SampleRow table, then their recent ids (bytes)
+  Tensor whole;         // the whole-vocabulary draw's state of each row (bytes)
 };
 
 // One row of op::sample_rows: its row of logits, its warpers, its draw and its penalty window.

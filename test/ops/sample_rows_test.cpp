@@ -1,12 +1,10 @@
 // op::sample_rows: the CUDA pipeline against the CPU reference through the op harness (random
 // logits, mixed per-row parameters, poisoned output), the CPU op against op::sample row by row,
-// and on the GPU against op::sample row by row at Qwen's vocabulary, printing both times.
+// and on the GPU against op::sample row by row at Qwen's vocabulary.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <chrono>
-#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -152,9 +150,8 @@ TEST(SampleRows, RefusesBadArguments) {
   EXPECT_FALSE(op::sample_rows(logits, {}, {}, ws, out).ok());
 }
 
-// At Qwen's vocabulary: S rows at once equal op::sample on each row alone, on the GPU. Prints the
-// time of one sample_rows call and of S op::sample calls, each with its copy back as a decode
-// step makes it (llama.cpp's defaults, no penalty; the median of 5 after a warm-up).
+// At Qwen's vocabulary: S rows at once equal op::sample on each row alone, on the GPU (their
+// times: `kuiper-bench --sample-only`).
 TEST(SampleRows, CudaMatchesSampleRowByRowOnQwensVocabulary) {
   SKIP_WITHOUT_CUDA();
   const int64_t V = 151936;
@@ -164,61 +161,27 @@ TEST(SampleRows, CudaMatchesSampleRowByRowOnQwensVocabulary) {
     ASSERT_OK(op::fill_random(logits, static_cast<uint64_t>(S), 8.0f, 0.0f));
     const Batch batch = make_batch(S, S, V, static_cast<uint64_t>(S) + 100);
     EXPECT_EQ(sample_all(logits, batch, ws), sample_each(logits, batch)) << S << " rows";
-
-    Batch plain = batch;
-    for (op::SampleRow& r : plain.rows) {
-      r.params = mixed()[1];
-      r.recent_count = 0;
-    }
-    auto median_ms = [](auto&& once) {
-      once();  // warm-up: allocations
-      std::vector<double> ms;
-      for (int i = 0; i < 5; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        once();
-        ms.push_back(std::chrono::duration<double, std::milli>(
-                         std::chrono::steady_clock::now() - t0).count());
-      }
-      std::sort(ms.begin(), ms.end());
-      return ms[2];
-    };
-    op::SampleWorkspace one_ws;
-    Tensor token = *Tensor::empty({1}, DataType::kInt32, DeviceType::kCuda);
-    Tensor tokens = *Tensor::empty({S}, DataType::kInt32, DeviceType::kCuda);
-    std::vector<int32_t> host(static_cast<size_t>(S));
-    const double batched = median_ms([&] {
-      EXPECT_OK(op::sample_rows(logits, plain.rows, plain.recent, ws, tokens));
-      EXPECT_OK(Tensor::view(host.data(), {S}, DataType::kInt32, DeviceType::kCpu)
-                    .copy_from(tokens));
-    });
-    const double each = median_ms([&] {
-      for (const op::SampleRow& r : plain.rows) {
-        EXPECT_OK(op::sample(logits.rows(r.row, 1), Tensor(), r.params, r.uniform, one_ws, token));
-        EXPECT_OK(Tensor::view(host.data(), {1}, DataType::kInt32, DeviceType::kCpu)
-                      .copy_from(token));
-      }
-    });
-    std::printf("sample_rows timing: S %4lld V %lld: one sample_rows %.3f ms, %lld x sample "
-                "%.3f ms (%.1fx)\n",
-                static_cast<long long>(S), static_cast<long long>(V), batched,
-                static_cast<long long>(S), each, each / batched);
   }
 }
 
 // Four rows or more that each keep at most 1024 tokens (greedy, or top-k from 1 to 1024, with
-// top-p, min-p and penalties) or draw from the whole vocabulary (top-k 0, top-p 1, min-p 0: the
-// OpenAI API's defaults) are drawn on the GPU without the full sort (a radix select of the kept
-// tokens; a radix search of the cumulative probability): the same tokens as the CPU's sort (and
-// as op::sample row by row, which sorts), at Qwen's vocabulary, at a V that is not a multiple of
-// the block, and with logits on a coarse grid, so that thousands of keys tie at the select's
-// threshold and at the draw's crossing (the lower ids first, as the stable sort keeps them).
+// top-p, min-p and penalties) or draw from the whole vocabulary but for top-p and min-p (top-k
+// 0: the OpenAI API's default) are drawn on the GPU without the full sort (a radix select of
+// the kept tokens; radix searches of the cumulative probability): the same tokens as the CPU's
+// sort (and as op::sample row by row, which sorts), at Qwen's vocabulary, at a V that is not a
+// multiple of the block, and with logits on a coarse grid, so that thousands of keys tie at the
+// select's threshold and at the crossings (the lower ids first, as the stable sort keeps them).
 // Batches of selecting rows alone, of whole rows alone, and of both.
 TEST(SampleRows, CudaDrawsWithoutTheSortAsTheCpuSorts) {
   SKIP_WITHOUT_CUDA();
   static const std::vector<op::SampleParams> whole = {
       warpers(1.0f, 0, 1.0f, 0.0f, 1.0f),       // OpenAI's defaults
       warpers(0.7f, 0, 1.0f, 0.0f, 1.3f),       // with the penalty
-      warpers(1.5f, 0, 1.0f, 0.0f, 0.9f),       // a penalty < 1
+      warpers(1.0f, 0, 0.9f, 0.0f, 1.0f),       // top-p
+      warpers(0.8f, 0, 0.95f, 0.05f, 1.0f),     // llama.cpp's defaults but top-k
+      warpers(1.0f, 0, 1.0f, 0.1f, 1.3f),       // min-p with the penalty
+      warpers(1.2f, 0, 0.5f, 0.02f, 1.0f),      // both
+      warpers(1.5f, 0, 0.99f, 0.0f, 0.9f),      // a penalty < 1
   };
   static const std::vector<op::SampleParams> few = {
       warpers(0.0f, 0, 1.0f, 0.0f, 1.0f),       // greedy
@@ -234,8 +197,11 @@ TEST(SampleRows, CudaDrawsWithoutTheSortAsTheCpuSorts) {
     int64_t S, V;
     float grid;  // logits rounded to multiples of this (0: as drawn)
   };
+  // Rows of 1 to 32 chunks (a chunk a block: as many as fill the GPU twice, each of at least
+  // 4096 tokens), ties within and across chunks.
   for (const Case c : {Case{9, 3001, 0.0f}, Case{24, 151936, 0.0f}, Case{16, 5000, 0.5f},
-                       Case{16, 151936, 1.0f}}) {
+                       Case{16, 151936, 1.0f}, Case{4, 151936, 0.0f}, Case{5, 151936, 2.0f},
+                       Case{64, 151936, 0.0f}}) {
     Tensor logits = *Tensor::empty({c.S, c.V}, DataType::kFp32);
     ASSERT_OK(op::fill_random(logits, static_cast<uint64_t>(c.V + c.S), 6.0f, 0.0f));
     if (c.grid > 0.0f) {

@@ -60,6 +60,9 @@ DEFINE_bool(attention_only, false, "time the attention op alone");
 DEFINE_bool(matmul_only, false,
             "time op::matmul alone for each weight shape of --config: the decode GEMV (T = 1, "
             "GB/s of weights) and the prefill GEMM (T = --prompt, TFLOP/s)");
+DEFINE_bool(sample_only, false,
+            "time op::sample_rows alone: --decode-batch rows (default 1,8,64,256) of --config's "
+            "vocabulary at --temperature, --top_k, --top_p and --min_p");
 DEFINE_int32(heads, 32, "attention-only: query heads");
 DEFINE_int32(kv_heads, 8, "attention-only: key/value heads");
 DEFINE_int32(head_dim, 128, "attention-only: head dimension");
@@ -77,7 +80,7 @@ DEFINE_string(decode_kv_lens, "",
 DEFINE_string(decode_batch, "",
               "attention-only: batched decode over a paged KV pool, one case for each of these "
               "sequence counts B: B sequences of --kv-len keys in one call (GB/s of all their "
-              "K/V); replaces the other cases");
+              "K/V); replaces the other cases. sample-only: the row counts");
 DEFINE_int32(kv_len_spread, 0,
              "attention-only --decode-batch: sequence lengths spread evenly over --kv-len -/+ "
              "half of this, in a shuffled order, as a serving engine's batch is (0: all equal)");

@@ -33,6 +33,7 @@ DECLARE_double(max_prefill_s);
 DECLARE_double(peak_tflops);
 DECLARE_bool(attention_only);
 DECLARE_bool(matmul_only);
+DECLARE_bool(sample_only);
 DECLARE_int32(heads);
 DECLARE_int32(kv_heads);
 DECLARE_int32(head_dim);

@@ -26,6 +26,7 @@
 #include "tools/bench/attention_bench.h"
 #include "tools/bench/cost_model.h"
 #include "tools/bench/matmul_bench.h"
+#include "tools/bench/sample_bench.h"
 #include "tools/bench/model_bench.h"
 #endif
 
@@ -194,7 +195,9 @@ Status check_gpu_flags() {
   if (FLAGS_fill_chunk < 2) return Status::Error("--fill-chunk must be >= 2");
   if (!(FLAGS_peak_tflops > 0)) return Status::Error("--peak-tflops must be > 0");
   if (FLAGS_max_context < 0) return Status::Error("--max-context must be >= 0");
-  if (FLAGS_matmul_only) {
+  if (FLAGS_sample_only) {
+    if (FLAGS_config.empty()) return Status::Error("--sample-only needs --config CONFIG.json");
+  } else if (FLAGS_matmul_only) {
     if (FLAGS_config.empty()) return Status::Error("--matmul-only needs --config CONFIG.json");
     if (FLAGS_prompt < 1) return Status::Error("--prompt must be >= 1 (the prefill rows)");
   } else if (FLAGS_attention_only) {
@@ -244,7 +247,10 @@ Status run_on_gpu(const std::string& command) {
            {"peak_tflop_s", FLAGS_peak_tflops}};
   KUIPER_ASSIGN_OR_RETURN(double copy_gbs, copy_bandwidth_gbs());
   doc["copy_gb_s"] = copy_gbs;
-  if (FLAGS_matmul_only) {
+  if (FLAGS_sample_only) {
+    doc["mode"] = "sample";
+    KUIPER_ASSIGN_OR_RETURN(report.sample, bench_sample());
+  } else if (FLAGS_matmul_only) {
     doc["mode"] = "matmul";
     KUIPER_ASSIGN_OR_RETURN(report.matmul, bench_matmul(activation, copy_gbs));
   } else if (FLAGS_attention_only) {

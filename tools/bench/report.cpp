@@ -33,6 +33,16 @@ void print_tables(const Report& r, double copy_gbs) {
     }
     std::printf("\n");
   }
+  if (!r.sample.empty()) {
+    std::printf("| rows | vocab | temperature | top-k | top-p | min-p | us | logits GB/s |\n"
+                "|---|---|---|---|---|---|---|---|\n");
+    for (const json& m : r.sample) {
+      std::printf("| %lld | %lld | %g | %lld | %g | %g | %.1f | %.0f |\n", integer(m, "rows"),
+                  integer(m, "vocab"), num(m, "temperature"), integer(m, "top_k"), num(m, "top_p"),
+                  num(m, "min_p"), num(m, "us"), num(m, "logits_gb_s"));
+    }
+    std::printf("\n");
+  }
   if (!r.attention.empty()) {
     std::printf("| attention | kernel | phase | heads | kv heads | head dim | kv len | queries | us | "
                 "KV GB/s | %% of copy | TFLOP/s | %% of peak |\n"
@@ -147,6 +157,7 @@ void fill(json* doc, const Report& report) {
   (*doc)["runs"] = report.runs;
   (*doc)["attention"] = report.attention;
   (*doc)["matmul"] = report.matmul;
+  (*doc)["sample"] = report.sample;
   (*doc)["throughput"] = report.throughput;
   (*doc)["skipped"] = report.skipped;
 }

@@ -18,6 +18,7 @@ struct Report {
   json runs = json::array();  // the plain --prompt/--gen mode
   json attention = json::array();
   json matmul = json::array();
+  json sample = json::array();  // op::sample_rows alone
   json throughput = json::array();  // one row per attention kind and concurrency
   json skipped = json::array();
 };
