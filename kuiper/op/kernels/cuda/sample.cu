@@ -393,11 +393,16 @@ constexpr int kMostChunks = 32;
 // The fewest tokens a chunk takes (a few rounds of the block).
 constexpr int64_t kLeastChunk = 4 * kThreads;
 
+// The tie walk's slots: a chunk's tokens in kSlots equal runs (the last shorter), each with its
+// count of tied members, so that the last block walks one run instead of the chunk.
+constexpr int kSlots = 32;
+
 // A whole row's state through the chain, zeroed before its first phase.
 struct WholeRow {
   unsigned long long histogram[kBins];    // the search pass's sum in each bin
   double parts[kMostChunks];              // each chunk's sum in the phase
   unsigned long long picks[kMostChunks];  // each chunk's smallest key, count or last member
+  unsigned slots[kMostChunks][kSlots];    // each chunk's count of the tied members in each slot
   unsigned arrived;                       // the row's blocks done with the phase
   uint32_t top;                           // the smallest key
   double total;                           // the softmax's denominator
@@ -435,11 +440,17 @@ struct WholeChunk {
   const op::SampleRow* sample;
 };
 
+// Chunk c of a row: [c * length, (c + 1) * length) within V, the length a multiple of 4 so that
+// where V is (each row's keys 16-byte aligned) every chunk's keys load as 16-byte words.
+__device__ int64_t chunk_length(int64_t V, int chunks) {
+  return ((V + chunks - 1) / chunks + 3) / 4 * 4;
+}
+
 __device__ WholeChunk whole_chunk(const WholeArgs& a) {
   WholeChunk w;
   w.c = static_cast<int>(blockIdx.x);
   w.r = blockIdx.y;
-  const int64_t length = (a.V + a.chunks - 1) / a.chunks;
+  const int64_t length = chunk_length(a.V, a.chunks);
   w.begin = min(a.V, w.c * length);
   w.end = min(a.V, w.begin + length);
   w.row = a.keys + w.r * a.V;
@@ -529,10 +540,29 @@ __device__ bool searches(const op::SampleParams& p) {
   return kind == Search::kDraw || p.top_p < 1.0f;
 }
 
-// Calls f(i, key) for each token i of the chunk: thread t takes t, t + kThreads, ... in that
-// order, four keys loaded before the first is used (more loads in flight).
+// Calls f(i, key) for each token i of the chunk, always in the same order for the same chunk.
+// Where V is a multiple of 4, thread t takes the 16-byte words t, t + kThreads, ..., two loaded
+// before the first is used, each word's four tokens in order; else the tokens t, t + kThreads,
+// ..., four loaded before the first is used (more loads in flight).
 template <typename F>
-__device__ void for_each_key(const WholeChunk& w, F f) {
+__device__ void for_each_key(const WholeChunk& w, int64_t V, F f) {
+  if (V % 4 == 0) {
+    const uint4* words = reinterpret_cast<const uint4*>(w.row + w.begin);
+    const int64_t n = (w.end - w.begin) / 4;
+    int64_t q = threadIdx.x;
+    for (; q + kThreads < n; q += 2 * kThreads) {
+      const uint4 a = words[q], b = words[q + kThreads];
+      const int64_t i = w.begin + 4 * q, j = i + 4 * kThreads;
+      f(i, a.x), f(i + 1, a.y), f(i + 2, a.z), f(i + 3, a.w);
+      f(j, b.x), f(j + 1, b.y), f(j + 2, b.z), f(j + 3, b.w);
+    }
+    if (q < n) {
+      const uint4 a = words[q];
+      const int64_t i = w.begin + 4 * q;
+      f(i, a.x), f(i + 1, a.y), f(i + 2, a.z), f(i + 3, a.w);
+    }
+    return;
+  }
   int64_t i = w.begin + threadIdx.x;
   for (; i + 3 * kThreads < w.end; i += 4 * kThreads) {
     uint32_t k[4];
@@ -550,7 +580,7 @@ __global__ void __launch_bounds__(kThreads) whole_top_kernel(WholeArgs a) {
   const WholeChunk w = whole_chunk(a);
   if (!draws_whole(w.sample->params, a.V)) return;
   uint32_t smallest = 0xffffffffu;
-  for_each_key(w, [&](int64_t, uint32_t k) { smallest = min(smallest, k); });
+  for_each_key(w, a.V, [&](int64_t, uint32_t k) { smallest = min(smallest, k); });
   smallest = KeyReduce(reduce).Reduce(smallest, [](uint32_t x, uint32_t y) { return min(x, y); });
   if (threadIdx.x == 0) w.st->picks[w.c] = smallest;
   if (!arrive_last(w.st, a.chunks) || threadIdx.x != 0) return;
@@ -562,10 +592,10 @@ __global__ void __launch_bounds__(kThreads) whole_top_kernel(WholeArgs a) {
 // The sum of the chunk's value(i, key) in double, left as the chunk's part; true in the last block,
 // with the row's sum (the parts in chunk order) in *sum.
 template <typename Value>
-__device__ bool chunk_sum(const WholeChunk& w, int chunks, Value value, double* sum) {
+__device__ bool chunk_sum(const WholeChunk& w, int64_t V, int chunks, Value value, double* sum) {
   __shared__ typename BlockReduce::TempStorage reduce;
   double local = 0.0;
-  for_each_key(w, [&](int64_t i, uint32_t k) { local += value(i, k); });
+  for_each_key(w, V, [&](int64_t i, uint32_t k) { local += value(i, k); });
   const double part = BlockReduce(reduce).Sum(local);
   if (threadIdx.x == 0) w.st->parts[w.c] = part;
   if (!arrive_last(w.st, chunks)) return false;
@@ -583,7 +613,7 @@ __global__ void __launch_bounds__(kThreads) whole_total_kernel(WholeArgs a) {
   const auto weight = [&](int64_t, uint32_t k) {
     return exp(static_cast<double>(__fsub_rn(key_value(k), top)));
   };
-  if (chunk_sum(w, a.chunks, weight, &total) && threadIdx.x == 0) w.st->total = total;
+  if (chunk_sum(w, a.V, a.chunks, weight, &total) && threadIdx.x == 0) w.st->total = total;
 }
 
 // Phase 3; sets up top-p's search, or the draw's where nothing is cut.
@@ -600,7 +630,7 @@ __global__ void __launch_bounds__(kThreads) whole_probs_kernel(WholeArgs a) {
     w.probs[i] = p;
     return static_cast<double>(p);
   };
-  if (!chunk_sum(w, a.chunks, prob, &sum) || threadIdx.x != 0) return;
+  if (!chunk_sum(w, a.V, a.chunks, prob, &sum) || threadIdx.x != 0) return;
   WholeRow* st = w.st;
   st->kept = sum;
   st->floor = params.min_p > 0.0f ? __fmul_rn(params.min_p, static_cast<float>(1.0 / total)) : 0.0f;
@@ -625,7 +655,7 @@ __global__ void __launch_bounds__(kThreads) whole_kept_kernel(WholeArgs a) {
     const float p = w.probs[i];
     return kept_token(cuts, k, i, p) ? static_cast<double>(p) : 0.0;
   };
-  if (!chunk_sum(w, a.chunks, kept_prob, &kept) || threadIdx.x != 0) return;
+  if (!chunk_sum(w, a.V, a.chunks, kept_prob, &kept) || threadIdx.x != 0) return;
   w.st->kept = kept;
   begin_search(w.st, fixed_point(w.sample->uniform));
 }
@@ -651,7 +681,7 @@ __global__ void __launch_bounds__(kThreads) whole_pass_kernel(WholeArgs a, int s
     bins.hi[b] = 0;
   }
   __syncthreads();
-  for_each_key(w, [&](int64_t i, uint32_t k) {
+  for_each_key(w, a.V, [&](int64_t i, uint32_t k) {
     if ((k & mask) != prefix) return;
     const float p = w.probs[i];
     if (member<kind>(cuts, k, i, p)) add_fixed(bins, (k >> low) & digit_mask, measure<kind>(cuts, p));
@@ -698,6 +728,7 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   __shared__ unsigned long long shared_id;
   __shared__ int64_t shared_begin, shared_end;
   __shared__ unsigned long long shared_skip;
+  __shared__ unsigned slot_count[kSlots];
   using LastReduce = cub::BlockReduce<unsigned long long, kThreads>;
   __shared__ typename LastReduce::TempStorage last_reduce;
   const WholeChunk w = whole_chunk(a);
@@ -709,7 +740,7 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   if (st->past_end) {
     if (kind == Search::kTopP) return;  // the running sum never reaches top_p: nothing is cut
     unsigned long long last = 0;  // (key, id) packed: the largest is the last in sorted order
-    for_each_key(w, [&](int64_t i, uint32_t k) {
+    for_each_key(w, a.V, [&](int64_t i, uint32_t k) {
       if (is_member(k, i)) last = max(last, (static_cast<unsigned long long>(k) << 32) | i);
     });
     last = LastReduce(last_reduce).Reduce(last, [](unsigned long long x, unsigned long long y) {
@@ -721,26 +752,44 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
     a.out[w.r] = static_cast<int32_t>(last & 0xffffffffu);
     return;
   }
+  // The tied members (the keys equal to the one found) counted in each slot of the chunk.
   const uint32_t key = st->prefix;
+  const int64_t slot_length = (w.end - w.begin + kSlots - 1) / kSlots;
+  if (t < kSlots) slot_count[t] = 0;
+  __syncthreads();
   unsigned count = 0;
-  for_each_key(w, [&](int64_t i, uint32_t k) { count += k == key && is_member(key, i) ? 1u : 0u; });
+  for_each_key(w, a.V, [&](int64_t i, uint32_t k) {
+    if (k == key && is_member(key, i)) {
+      atomicAdd(&slot_count[(i - w.begin) / slot_length], 1u);
+      ++count;
+    }
+  });
   count = KeyReduce(count_reduce).Sum(count);
+  if (t < kSlots) st->slots[w.c][t] = slot_count[t];
   if (t == 0) st->picks[w.c] = count;
   if (!arrive_last(st, a.chunks)) return;
-  // Each equal member has the same measure: the one sought passes `skip` of them in id order.
-  // Thread 0 finds its chunk by the counts, the block the token in it by a scan a tile.
+  // Each tied member has the same measure: the one sought passes `skip` of them in id order.
+  // Thread 0 finds its chunk and slot by the counts, the block the token in it by a scan a tile.
   if (t == 0) {
     const float p = prob_of_key(key, st);
     unsigned long long skip = (st->value - st->below) / measure<kind>(cuts, p);
-    const int64_t length = (a.V + a.chunks - 1) / a.chunks;
+    const int64_t length = chunk_length(a.V, a.chunks);
     int c = 0;
     for (; c < a.chunks - 1; ++c) {
       const unsigned long long n = __ldcg(&st->picks[c]);
       if (skip < n) break;
       skip -= n;
     }
-    shared_begin = min(a.V, c * length);
-    shared_end = min(a.V, shared_begin + length);
+    const int64_t begin = min(a.V, c * length), end = min(a.V, begin + length);
+    const int64_t slot = (end - begin + kSlots - 1) / kSlots;
+    int s = 0;
+    for (; s < kSlots - 1; ++s) {
+      const unsigned n = __ldcg(&st->slots[c][s]);
+      if (skip < n) break;
+      skip -= n;
+    }
+    shared_begin = min(end, begin + s * slot);
+    shared_end = min(end, shared_begin + slot);
     shared_skip = skip;
   }
   __syncthreads();
