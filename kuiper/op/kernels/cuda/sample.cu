@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kThreads)
   unsigned* const histogram = phase.histogram;
   uint64_t* const candidates = phase.candidates;
   const int64_t r = blockIdx.x;
-  if (draws_whole(rows[r].params, V)) return;  // whole_draw_kernel's
+  if (draws_whole(rows[r].params, V)) return;  // the whole-row chain's (step 2'')
   const uint32_t* row = keys + r * V;
   const unsigned n = static_cast<unsigned>(kept_most(rows[r].params, V));
   const int t = threadIdx.x;
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t* keys = sorted_keys + r * V;
   const int32_t* ids = sorted_ids + r * V;
   const op::SampleParams& params = rows[r].params;
-  if (skip_whole && draws_whole(params, V)) return;  // whole_draw_kernel's
+  if (skip_whole && draws_whole(params, V)) return;  // the whole-row chain's (step 2'')
   if (params.temperature == 0.0f) {  // greedy: the most likely, the lowest id among equals
     if (threadIdx.x == 0) out[r] = ids[0];
     return;
