@@ -112,13 +112,14 @@ __device__ WholeChunk whole_chunk(const WholeArgs& a) {
   return w;
 }
 
-// Whether the block is the last of its row's to finish the phase (its parts written before);
-// that block then reads the others' parts by ld.cg and combines them. Resets the count.
+// Whether the block is the last of its row's to finish the phase (its parts written before, by
+// any of its threads); that block then reads the others' parts by ld.cg and combines them.
+// Resets the count.
 __device__ bool arrive_last(WholeRow* st, int chunks) {
   __shared__ int last;
+  __threadfence();  // every thread's part (stores, atomics) ordered before the count
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
     last = atomicAdd(&st->arrived, 1u) == static_cast<unsigned>(chunks - 1);
     if (last) st->arrived = 0;
   }
