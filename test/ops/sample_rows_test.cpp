@@ -201,7 +201,7 @@ TEST(SampleRows, CudaDrawsWithoutTheSortAsTheCpuSorts) {
   // 4096 tokens), ties within and across chunks.
   for (const Case c : {Case{9, 3001, 0.0f}, Case{24, 151936, 0.0f}, Case{16, 5000, 0.5f},
                        Case{16, 151936, 1.0f}, Case{4, 151936, 0.0f}, Case{5, 151936, 2.0f},
-                       Case{64, 151936, 0.0f}}) {
+                       Case{64, 151936, 0.0f}, Case{1, 151936, 0.0f}, Case{3, 151936, 1.0f}}) {
     Tensor logits = *Tensor::empty({c.S, c.V}, DataType::kFp32);
     ASSERT_OK(op::fill_random(logits, static_cast<uint64_t>(c.V + c.S), 6.0f, 0.0f));
     if (c.grid > 0.0f) {

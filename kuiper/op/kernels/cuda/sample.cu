@@ -20,7 +20,7 @@
 //      as n needs (the stable sort's tie rule), and sorts those n (key, id) pairs; step 3 reads
 //      them as it reads the sort's.
 // Rows that draw from the whole vocabulary but for top-p and min-p (top-k 0: the OpenAI API's
-// default, whatever top-p and min-p) take 1' and, instead of 2' and 3:
+// default, whatever top-p and min-p), in a group of any size, take 1' and, instead of 2' and 3:
 //   2''. a chain of kernels, each row cut into chunks of a block each, forms the softmax over the
 //      unsorted keys and finds top-p's cut and the draw each as the token at which a running sum
 //      along the sorted order passes a value, by the same radix passes with each bin's sum
@@ -388,7 +388,6 @@ struct Plan {
 
 Plan plan_for(const std::vector<op::SampleParams>& params, int64_t V) {
   Plan plan;
-  if (static_cast<int64_t>(params.size()) < kSelectMinRows) return plan;
   for (const op::SampleParams& p : params) {
     if (draws_whole(p, V)) {
       plan.whole = true;
@@ -401,6 +400,9 @@ Plan plan_for(const std::vector<op::SampleParams>& params, int64_t V) {
       return Plan{};
     }
   }
+  // Fewer rows than kSelectMinRows sort rather than select (a block a row); whole rows do not
+  // (the chain spreads a row over up to 32 blocks).
+  if (plan.selects && static_cast<int64_t>(params.size()) < kSelectMinRows) return Plan{};
   plan.sort = false;
   return plan;
 }
