@@ -211,8 +211,9 @@ struct SampleRow {
 // The next token of a row of logits (fp32 [V]): every distinct id of `recent` (int32 [n] on the
 // logits' device, may be empty) gets the repetition penalty, then greedy arg-max at temperature
 // 0 or else temperature -> top-k -> top-p -> min-p and an inverse-CDF draw at `uniform` in
-// [0, 1) over the renormalised kept probabilities. The draw comes from the caller so the CPU and
-// the GPU pick the same token for the same random sequence. out: int32 [1] on the logits' device.
+// [0, 1) over the renormalised kept probabilities in id order (op::draw). The draw comes from the
+// caller so the CPU and the GPU pick the same token for the same random sequence. out: int32 [1]
+// on the logits' device.
 Status sample(const Tensor& logits, const Tensor& recent, const SampleParams& params,
               double uniform, SampleWorkspace& workspace, Tensor& out);
 
@@ -239,8 +240,9 @@ void repetition_penalty(float penalty, const int32_t* recent, int64_t n, float* 
 // those with p >= min_p * p_max, then p / sum(kept).
 std::vector<TokenProbability> sample_candidates(const float* logits, int64_t vocab,
                                                 const SampleParams& params);
-// The inverse-CDF draw: the first candidate whose running probability sum (in double) exceeds
-// uniform in [0, 1); the last one when rounding leaves uniform above the total.
+// The inverse-CDF draw over the candidates in id order (as torch.multinomial walks them): the
+// first id whose running probability sum, in units of 2^-60 (probability_units.h), exceeds
+// uniform in [0, 1); the largest id when rounding leaves uniform above the total.
 int32_t draw(const std::vector<TokenProbability>& candidates, double uniform);
 
 // Fills t (fp32/fp16/bf16) with offset + scale * u, u uniform in [-1, 1) from a hash of

@@ -111,12 +111,17 @@ TEST(Sample, RepetitionPenaltyCountsEachIdOnceAndSkipsUnknownIds) {
   EXPECT_EQ(logits, (std::vector<float>{1.0f, -4.0f, 1.0f}));
 }
 
-TEST(Sample, DrawWalksTheCumulativeProbabilities) {
-  const std::vector<TokenProbability> candidates = {{3, 0.5f}, {5, 0.25f}, {9, 0.25f}};
+TEST(Sample, DrawWalksTheCumulativeProbabilitiesInIdOrder) {
+  // Most likely first, as sample_candidates leaves them; the draw walks ids 3, 5, 9.
+  const std::vector<TokenProbability> candidates = {{9, 0.5f}, {3, 0.25f}, {5, 0.25f}};
   EXPECT_EQ(op::draw(candidates, 0.0), 3);
-  EXPECT_EQ(op::draw(candidates, 0.49), 3);
-  EXPECT_EQ(op::draw(candidates, 0.5), 5);
-  EXPECT_EQ(op::draw(candidates, 0.8), 9);
+  EXPECT_EQ(op::draw(candidates, 0.24), 3);
+  EXPECT_EQ(op::draw(candidates, 0.25), 5);
+  EXPECT_EQ(op::draw(candidates, 0.49), 5);
+  EXPECT_EQ(op::draw(candidates, 0.5), 9);
+  EXPECT_EQ(op::draw(candidates, 0.999), 9);
+  // Past a total below one (rounding): the largest id.
+  EXPECT_EQ(op::draw({{4, 0.5f}, {2, 0.25f}}, 0.9), 4);
 }
 
 TEST(Sample, CandidatesAreTopKRenormalised) {

@@ -1,12 +1,14 @@
 // The reference sampler: Hugging Face's repetition penalty and warper chain (temperature ->
 // top-k -> top-p -> min-p) in plain loops. Probabilities are summed in double so the result does
-// not depend on the vocabulary's size; the CUDA kernel (kernels/cuda/sample.cu) follows the
-// same arithmetic step by step.
+// not depend on the vocabulary's size, and the draw walks the kept tokens in id order (as
+// torch.multinomial does) summing whole units of 2^-60 (probability_units.h), exact in any
+// order; the CUDA kernel (kernels/cuda/sample.cu) follows the same arithmetic step by step.
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
 
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
+#include "kuiper/op/kernels/probability_units.h"
 
 namespace kuiper::cpu {
 
@@ -83,12 +85,20 @@ std::vector<op::TokenProbability> sample_candidates(const float* logits, int64_t
 }
 
 int32_t draw(const std::vector<op::TokenProbability>& candidates, double uniform) {
-  double mass = 0.0;
+  // Each id's probability in units, then the walk in id order.
+  int32_t last = 0;
+  for (const op::TokenProbability& c : candidates) last = std::max(last, c.id);
+  std::vector<unsigned long long> units(static_cast<size_t>(last) + 1, 0);
   for (const op::TokenProbability& c : candidates) {
-    mass += c.probability;
-    if (uniform < mass) return c.id;
+    units[static_cast<size_t>(c.id)] = probability_units(static_cast<double>(c.probability));
   }
-  return candidates.back().id;  // uniform fell in the rounding gap at the top of the distribution
+  const unsigned long long target = probability_units(uniform);
+  unsigned long long mass = 0;
+  for (int32_t id = 0; id < last; ++id) {
+    mass += units[static_cast<size_t>(id)];
+    if (target < mass) return id;
+  }
+  return last;  // through the last, or uniform fell in the rounding gap at the top
 }
 
 void sample(const Tensor& logits, const Tensor& recent, const op::SampleParams& params,

@@ -9,8 +9,9 @@
 //      sorts): rows stay apart (r is the key's top bits) and each comes out most likely first;
 //      the sort is stable, so equal logits keep the lower id first, the CPU's tie rule;
 //   3. one block a row over its first n = top_k (or V) sorted keys: softmax in double, top-p
-//      prefix, min-p cut, renormalise, inverse-CDF draw at the host's uniform (greedy rows take
-//      the first key, the arg-max).
+//      prefix, min-p cut, renormalise, inverse-CDF draw at the host's uniform over the kept
+//      tokens in id order (as torch.multinomial walks them), its sums in probability units
+//      (draw_by_id); greedy rows take the first key, the arg-max.
 // Where at least kSelectMinRows rows each keep at most kSelectMost tokens (top_k in [1,
 // kSelectMost], or greedy: one), steps 1 and 2 are cheaper (the sort of S * V pairs was about
 // 0.5 ms of a 64-sequence step, 2.5 ms of a 256-sequence one):
@@ -22,10 +23,11 @@
 // Rows that draw from the whole vocabulary but for top-p and min-p (top-k 0: the OpenAI API's
 // default, whatever top-p and min-p), in a group of any size, take 1' and, instead of 2' and 3:
 //   2''. a chain of kernels, each row cut into chunks of a block each, forms the softmax over the
-//      unsorted keys and finds top-p's cut and the draw each as the token at which a running sum
-//      along the sorted order passes a value, by the same radix passes with each bin's sum
-//      instead of its count, then the id among the keys equal to it; min-p's cut is a bound on
-//      the probability (sample_whole.cu).
+//      unsorted keys, finds top-p's cut as the token at which the running sum along the sorted
+//      order reaches top_p, by the same radix passes with each bin's sum instead of its count,
+//      then the id among the keys equal to it; min-p's cut is a bound on the probability; the
+//      draw sums the kept tokens' measures in id order by slots and walks them
+//      (sample_whole.cu).
 // Any other row (top-k above kSelectMost and below V) sends its group of rows to the sort. The
 // sums run in another order than the CPU's (as the block reductions of step 3 already do), so the
 // rule above holds: the same token but within a rounding of a boundary.
@@ -277,6 +279,7 @@ __global__ void __launch_bounds__(kThreads)
                 int64_t V, const op::SampleRow* __restrict__ rows, bool skip_whole,
                 int32_t* __restrict__ out) {
   __shared__ SharedStorage storage;
+  __shared__ DrawById draw_storage;
   __shared__ double shared_sum;
   __shared__ int64_t shared_index;
   const int64_t r = blockIdx.x;
@@ -326,13 +329,14 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
   const double kept_mass = block_sum(kept, prob_d, storage, &shared_sum);
-  auto renormalised = [&](int64_t i) {
-    return static_cast<double>(static_cast<float>(prob_d(i) / kept_mass));
+  // The draw walks the kept tokens in id order (draw_by_id), each renormalised as the CPU
+  // stores it (a float).
+  auto measure = [&](int64_t i) {
+    return probability_units(static_cast<double>(static_cast<float>(prob_d(i) / kept_mass)));
   };
-  const int64_t pick = first_crossing(
-      kept, renormalised, [&](double mass) { return uniform < mass; }, storage, &shared_index);
-  // Past the end only when uniform fell in the rounding gap at the top of the distribution.
-  if (threadIdx.x == 0) out[r] = ids[pick < kept ? pick : kept - 1];
+  const int32_t id = draw_by_id(kept, V, [&](int64_t i) { return ids[i]; }, measure,
+                                probability_units(uniform), draw_storage);
+  if (threadIdx.x == 0) out[r] = id;
 }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }

@@ -27,34 +27,33 @@ using namespace sampling;
 //      the sorted order (most likely first, ties by id) reaches top_p, found by a search;
 //   5. the kept mass (rows with top-p or min-p): the sum over the tokens top-p's cut and min-p's
 //      floor keep (min-p keeps a prefix: the probabilities never rise along the sorted order);
-//   6. the draw: the kept token at which the running sum of the renormalised probabilities
-//      passes the uniform, by the same search.
-// A search finds the token whose interval [running sum before it, through it) holds a value:
-// three radix passes over the keys from the top bits down (11 + 11 + 10), each summing every
-// bin's measure into a histogram and keeping the bin that holds the value, as the select keeps
-// the bin of its n-th key (past_end where the value lies past the members' sum); then, among the
-// member keys equal to the one found (each of the same measure), the token in id order. The sums
-// are in fixed point (units of 2^-60: integer sums, so exact and in any order; a float
-// probability is a whole number of those units down to 2^-37).
-constexpr double kFixedOne = 1152921504606846976.0;  // 2^60
-__device__ unsigned long long fixed_point(double p) {
-  return static_cast<unsigned long long>(p * kFixedOne);
-}
-
+//   6. the draw, in id order (as torch.multinomial walks the probabilities): each block sums its
+//      chunk's kept tokens' renormalised probabilities (floats as the CPU stores them, in
+//      probability units) by runs of kRunTokens ids and in all, and the row's last block walks
+//      the chunks' sums, then the chosen chunk's runs, then the run's tokens to the one whose
+//      interval of the running sum holds the uniform.
+// Top-p's search finds the token whose interval [running sum before it, through it) holds a
+// value: three radix passes over the keys from the top bits down (11 + 11 + 10), each summing
+// every bin's probabilities into a histogram and keeping the bin that holds the value, as the
+// select keeps the bin of its n-th key (past_end where the value lies past the sum); then, among
+// the keys equal to the one found (each of the same probability), the token in id order. Every
+// sum is in probability units (probability_units.h), so exact and in any order.
 constexpr int kMostChunks = 32;
 // The fewest tokens a chunk takes (a few rounds of the block).
 constexpr int64_t kLeastChunk = 4 * kThreads;
 
-// The tie walk's slots: a chunk's tokens in kSlots equal runs (the last shorter), each with its
-// count of tied members, so that the last block walks one run instead of the chunk.
+// The tie walk's slots: a chunk's tokens in kSlots equal parts (the last shorter), each with its
+// count of tied keys, so that the last block walks one part instead of the chunk.
 constexpr int kSlots = 32;
 
 // A whole row's state through the chain, zeroed before its first phase.
 struct WholeRow {
   unsigned long long histogram[kBins];    // the search pass's sum in each bin
   double parts[kMostChunks];              // each chunk's sum in the phase
-  unsigned long long picks[kMostChunks];  // each chunk's smallest key, count or last member
-  unsigned slots[kMostChunks][kSlots];    // each chunk's count of the tied members in each slot
+  unsigned long long picks[kMostChunks];  // each chunk's smallest key or count of ties
+  unsigned slots[kMostChunks][kSlots];    // each chunk's count of the tied keys in each slot
+  unsigned long long masses[kMostChunks]; // each chunk's kept measure (the draw)
+  int last_kept[kMostChunks];             // each chunk's largest kept id, -1 if none (the draw)
   unsigned arrived;                       // the row's blocks done with the phase
   uint32_t top;                           // the smallest key
   double total;                           // the softmax's denominator
@@ -63,14 +62,12 @@ struct WholeRow {
   int cut;                                // top-p keeps the tokens through (cut_key, cut_id)
   uint32_t cut_key;
   int64_t cut_id;
-  // The running search: the key bits found so far, the measure of the member keys before those
-  // bits, the value sought, and whether it lies past the members' sum.
+  // Top-p's running search: the key bits found so far, the probability of the keys before those
+  // bits, the value sought, and whether it lies past the sum.
   uint32_t prefix, mask;
   unsigned long long below, value;
   int past_end;
 };
-
-enum class Search { kTopP, kDraw };
 
 struct WholeArgs {
   const uint32_t* keys;  // [S, V] 32-bit keys
@@ -78,6 +75,8 @@ struct WholeArgs {
   const op::SampleRow* rows;
   float* probs;  // [S, V] scratch
   WholeRow* state;
+  unsigned long long* runs;  // [S, runs_per_row]: the draw's kept measure of each run of ids
+  int64_t runs_per_row;
   int chunks;
   int32_t* out;
 };
@@ -92,10 +91,14 @@ struct WholeChunk {
   const op::SampleRow* sample;
 };
 
-// Chunk c of a row: [c * length, (c + 1) * length) within V, the length a multiple of 4 so that
-// where V is (each row's keys 16-byte aligned) every chunk's keys load as 16-byte words.
+// The draw's runs: kRunTokens consecutive ids, a warp's 32 lanes of 4.
+constexpr int kRunTokens = 128;
+
+// Chunk c of a row: [c * length, (c + 1) * length) within V, the length a multiple of
+// kRunTokens, so that a run never crosses chunks and where V is a multiple of 4 (each row's
+// keys 16-byte aligned) every chunk's keys load as 16-byte words.
 __device__ int64_t chunk_length(int64_t V, int chunks) {
-  return ((V + chunks - 1) / chunks + 3) / 4 * 4;
+  return ((V + chunks - 1) / chunks + kRunTokens - 1) / kRunTokens * kRunTokens;
 }
 
 __device__ WholeChunk whole_chunk(const WholeArgs& a) {
@@ -158,39 +161,6 @@ __device__ Cuts cuts_of(const WholeRow* st) {
 __device__ bool kept_token(const Cuts& c, uint32_t k, int64_t i, float p) {
   if (c.cut && (k > c.cut_key || (k == c.cut_key && i > c.cut_id))) return false;
   return !(p < c.floor);
-}
-
-// What a search sums: top-p's the probabilities of every token, the draw's the renormalised
-// probabilities of the kept ones.
-template <Search kind>
-__device__ bool member(const Cuts& c, uint32_t k, int64_t i, float p) {
-  return kind == Search::kTopP || kept_token(c, k, i, p);
-}
-template <Search kind>
-__device__ unsigned long long measure(const Cuts& c, float p) {
-  if (kind == Search::kTopP) return fixed_point(static_cast<double>(p));
-  return fixed_point(static_cast<double>(static_cast<float>(static_cast<double>(p) / c.kept)));
-}
-
-// A block's histogram of fixed-point sums as two 32-bit words a bin, so that every add is a
-// native 32-bit shared atomic: v's low word into lo (its wrap carried) and its high word into hi.
-// A bin's sum is hi * 2^32 + lo while it stays below 2^64 (a probability sum: at most 2^60).
-struct FixedBins {
-  unsigned lo[kBins];
-  unsigned hi[kBins];
-};
-__device__ void add_fixed(FixedBins& bins, unsigned bin, unsigned long long v) {
-  const unsigned low = static_cast<unsigned>(v);
-  const unsigned old = atomicAdd(&bins.lo[bin], low);
-  const unsigned high = static_cast<unsigned>(v >> 32) + (old + low < old ? 1u : 0u);
-  if (high != 0) atomicAdd(&bins.hi[bin], high);
-}
-__device__ unsigned long long fixed_sum(const FixedBins& bins, int bin) {
-  return (static_cast<unsigned long long>(bins.hi[bin]) << 32) + bins.lo[bin];
-}
-template <Search kind>
-__device__ bool searches(const op::SampleParams& p) {
-  return kind == Search::kDraw || p.top_p < 1.0f;
 }
 
 // Calls f(i, key) for each token i of the chunk, always in the same order for the same chunk.
@@ -269,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) whole_total_kernel(WholeArgs a) {
   if (chunk_sum(w, a.V, a.chunks, weight, &total) && threadIdx.x == 0) w.st->total = total;
 }
 
-// Phase 3; sets up top-p's search, or the draw's where nothing is cut.
+// Phase 3; sets up top-p's search.
 __global__ void __launch_bounds__(kThreads) whole_probs_kernel(WholeArgs a) {
   const WholeChunk w = whole_chunk(a);
   const op::SampleParams& params = w.sample->params;
@@ -289,15 +259,13 @@ __global__ void __launch_bounds__(kThreads) whole_probs_kernel(WholeArgs a) {
   st->floor = params.min_p > 0.0f ? __fmul_rn(params.min_p, static_cast<float>(1.0 / total)) : 0.0f;
   if (params.top_p < 1.0f) {
     // The first token whose running sum reaches top_p: the one whose interval holds top_p's
-    // fixed point less one unit.
-    const unsigned long long target = fixed_point(static_cast<double>(params.top_p));
+    // units less one.
+    const unsigned long long target = probability_units(static_cast<double>(params.top_p));
     begin_search(st, target > 0 ? target - 1 : 0);
-  } else if (!(params.min_p > 0.0f)) {
-    begin_search(st, fixed_point(w.sample->uniform));
   }
 }
 
-// Phase 5: the kept tokens' mass; sets up the draw's search.
+// Phase 5: the kept tokens' mass.
 __global__ void __launch_bounds__(kThreads) whole_kept_kernel(WholeArgs a) {
   const WholeChunk w = whole_chunk(a);
   const op::SampleParams& params = w.sample->params;
@@ -308,27 +276,24 @@ __global__ void __launch_bounds__(kThreads) whole_kept_kernel(WholeArgs a) {
     const float p = w.probs[i];
     return kept_token(cuts, k, i, p) ? static_cast<double>(p) : 0.0;
   };
-  if (!chunk_sum(w, a.V, a.chunks, kept_prob, &kept) || threadIdx.x != 0) return;
-  w.st->kept = kept;
-  begin_search(w.st, fixed_point(w.sample->uniform));
+  if (chunk_sum(w, a.V, a.chunks, kept_prob, &kept) && threadIdx.x == 0) w.st->kept = kept;
 }
 
-// A pass of a search: the bits below `shift` + kDigitBits, down to `shift` (0 where negative).
-template <Search kind>
+// A pass of top-p's search: the bits below `shift` + kDigitBits, down to `shift` (0 where
+// negative).
 __global__ void __launch_bounds__(kThreads) whole_pass_kernel(WholeArgs a, int shift) {
   __shared__ FixedBins bins;
   __shared__ typename MassScan::TempStorage scan;
   __shared__ unsigned shared_bin;
   __shared__ unsigned long long shared_below;
   const WholeChunk w = whole_chunk(a);
-  if (!draws_whole(w.sample->params, a.V) || !searches<kind>(w.sample->params)) return;
+  if (!draws_whole(w.sample->params, a.V) || !(w.sample->params.top_p < 1.0f)) return;
   WholeRow* st = w.st;
   if (st->past_end) return;
   const int t = threadIdx.x;
   const int low = shift < 0 ? 0 : shift;
   const uint32_t digit_mask = (1u << (shift + kDigitBits - low)) - 1u;
   const uint32_t prefix = st->prefix, mask = st->mask;
-  const Cuts cuts = cuts_of(st);
   for (int b = 2 * t; b < 2 * t + 2; ++b) {
     bins.lo[b] = 0;
     bins.hi[b] = 0;
@@ -337,7 +302,7 @@ __global__ void __launch_bounds__(kThreads) whole_pass_kernel(WholeArgs a, int s
   for_each_key(w, a.V, [&](int64_t i, uint32_t k) {
     if ((k & mask) != prefix) return;
     const float p = w.probs[i];
-    if (member<kind>(cuts, k, i, p)) add_fixed(bins, (k >> low) & digit_mask, measure<kind>(cuts, p));
+    add_fixed(bins, (k >> low) & digit_mask, probability_units(static_cast<double>(p)));
   });
   __syncthreads();
   for (int b = 2 * t; b < 2 * t + 2; ++b) {
@@ -372,9 +337,8 @@ __global__ void __launch_bounds__(kThreads) whole_pass_kernel(WholeArgs a, int s
   }
 }
 
-// A search's last step: the token among the member keys equal to the one found, or past the end
-// the last member (the largest member key, its largest id). Top-p's cut, or the draw's token.
-template <Search kind>
+// Top-p's search's last step: the cut at the token among the keys equal to the one found, in id
+// order; none past the end (the running sum never reaches top_p).
 __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   __shared__ typename KeyReduce::TempStorage count_reduce;
   __shared__ typename SelectScan::TempStorage scan;
@@ -382,37 +346,19 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   __shared__ int64_t shared_begin, shared_end;
   __shared__ unsigned long long shared_skip;
   __shared__ unsigned slot_count[kSlots];
-  using LastReduce = cub::BlockReduce<unsigned long long, kThreads>;
-  __shared__ typename LastReduce::TempStorage last_reduce;
   const WholeChunk w = whole_chunk(a);
-  if (!draws_whole(w.sample->params, a.V) || !searches<kind>(w.sample->params)) return;
+  if (!draws_whole(w.sample->params, a.V) || !(w.sample->params.top_p < 1.0f)) return;
   WholeRow* st = w.st;
   const int t = threadIdx.x;
-  const Cuts cuts = cuts_of(st);
-  const auto is_member = [&](uint32_t k, int64_t i) { return member<kind>(cuts, k, i, w.probs[i]); };
-  if (st->past_end) {
-    if (kind == Search::kTopP) return;  // the running sum never reaches top_p: nothing is cut
-    unsigned long long last = 0;  // (key, id) packed: the largest is the last in sorted order
-    for_each_key(w, a.V, [&](int64_t i, uint32_t k) {
-      if (is_member(k, i)) last = max(last, (static_cast<unsigned long long>(k) << 32) | i);
-    });
-    last = LastReduce(last_reduce).Reduce(last, [](unsigned long long x, unsigned long long y) {
-      return max(x, y);
-    });
-    if (t == 0) st->picks[w.c] = last;
-    if (!arrive_last(st, a.chunks) || t != 0) return;
-    for (int c = 0; c < a.chunks; ++c) last = max(last, __ldcg(&st->picks[c]));
-    a.out[w.r] = static_cast<int32_t>(last & 0xffffffffu);
-    return;
-  }
-  // The tied members (the keys equal to the one found) counted in each slot of the chunk.
+  if (st->past_end) return;
+  // The tied keys (equal to the one found) counted in each slot of the chunk.
   const uint32_t key = st->prefix;
   const int64_t slot_length = (w.end - w.begin + kSlots - 1) / kSlots;
   if (t < kSlots) slot_count[t] = 0;
   __syncthreads();
   unsigned count = 0;
   for_each_key(w, a.V, [&](int64_t i, uint32_t k) {
-    if (k == key && is_member(key, i)) {
+    if (k == key) {
       atomicAdd(&slot_count[(i - w.begin) / slot_length], 1u);
       ++count;
     }
@@ -421,11 +367,11 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   if (t < kSlots) st->slots[w.c][t] = slot_count[t];
   if (t == 0) st->picks[w.c] = count;
   if (!arrive_last(st, a.chunks)) return;
-  // Each tied member has the same measure: the one sought passes `skip` of them in id order.
+  // Each tied key has the same probability: the one sought passes `skip` of them in id order.
   // Thread 0 finds its chunk and slot by the counts, the block the token in it by a scan a tile.
   if (t == 0) {
     const float p = prob_of_key(key, st);
-    unsigned long long skip = (st->value - st->below) / measure<kind>(cuts, p);
+    unsigned long long skip = (st->value - st->below) / probability_units(static_cast<double>(p));
     const int64_t length = chunk_length(a.V, a.chunks);
     int c = 0;
     for (; c < a.chunks - 1; ++c) {
@@ -449,7 +395,7 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   unsigned long long seen = 0;
   for (int64_t base = shared_begin; base < shared_end; base += kThreads) {
     const int64_t i = base + t;
-    const bool equal = i < shared_end && w.row[i] == key && is_member(key, i);
+    const bool equal = i < shared_end && w.row[i] == key;
     const unsigned tile_equal = static_cast<unsigned>(__syncthreads_count(equal));
     if (seen + tile_equal > shared_skip) {
       unsigned rank = 0;
@@ -461,12 +407,142 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   }
   __syncthreads();
   if (t != 0) return;
-  if (kind == Search::kDraw) {
-    a.out[w.r] = static_cast<int32_t>(shared_id);
-  } else {
-    st->cut = 1;
-    st->cut_key = key;
-    st->cut_id = static_cast<int64_t>(shared_id);
+  st->cut = 1;
+  st->cut_key = key;
+  st->cut_id = static_cast<int64_t>(shared_id);
+}
+
+// The draw's measure of token i of the chunk: its renormalised probability as the CPU stores it
+// (a float) in probability units, 0 where the cuts drop it or past the chunk; *kept whether the
+// cuts keep it.
+__device__ unsigned long long draw_measure(const Cuts& c, const WholeChunk& w, int64_t i,
+                                           bool* kept) {
+  *kept = false;
+  if (i >= w.end) return 0;
+  const float p = w.probs[i];
+  if (!kept_token(c, c.cut ? w.row[i] : 0u, i, p)) return 0;
+  *kept = true;
+  const float renormalised = static_cast<float>(static_cast<double>(p) / c.kept);
+  return probability_units(static_cast<double>(renormalised));
+}
+
+__device__ unsigned long long warp_sum_units(unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Phase 6: the draw. Each warp sums the runs of kRunTokens ids of the chunk it takes (lane l the
+// ids 4 l to 4 l + 3 of a run) into a.runs, the block its chunk's sum and largest kept id into the
+// row's state; the row's last block finds the chunk, the run and the token, each by its running
+// sum in id order.
+__global__ void __launch_bounds__(kThreads) whole_draw_kernel(WholeArgs a) {
+  __shared__ typename MassScan::TempStorage scan;
+  __shared__ typename KeyReduce::TempStorage last_reduce;
+  __shared__ unsigned long long warp_masses[kThreads / 32];
+  __shared__ int chunk;
+  __shared__ int64_t run;
+  __shared__ unsigned long long rest;
+  const WholeChunk w = whole_chunk(a);
+  if (!draws_whole(w.sample->params, a.V)) return;
+  WholeRow* st = w.st;
+  const Cuts cuts = cuts_of(st);
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  unsigned long long* runs = a.runs + w.r * a.runs_per_row;
+  unsigned long long mass = 0;
+  uint32_t last = 0;  // largest kept id + 1, 0 for none
+  for (int64_t first = w.begin + warp * kRunTokens; first < w.end;
+       first += (kThreads / 32) * kRunTokens) {
+    unsigned long long lane_sum = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = first + 4 * lane + e;
+      bool kept = false;
+      lane_sum += draw_measure(cuts, w, i, &kept);
+      if (kept) last = static_cast<uint32_t>(i + 1);
+    }
+    const unsigned long long sum = warp_sum_units(lane_sum);
+    if (lane == 0) runs[first / kRunTokens] = sum;
+    mass += sum;
+  }
+  if (lane == 0) warp_masses[warp] = mass;
+  last = KeyReduce(last_reduce).Reduce(last, [](uint32_t x, uint32_t y) { return max(x, y); });
+  __syncthreads();
+  if (t == 0) {
+    unsigned long long chunk_mass = 0;
+    for (int i = 0; i < kThreads / 32; ++i) chunk_mass += warp_masses[i];
+    st->masses[w.c] = chunk_mass;
+    st->last_kept[w.c] = static_cast<int>(last) - 1;
+  }
+  if (!arrive_last(st, a.chunks)) return;
+  // The chunk; past the sum of all (the uniform in the rounding gap at the top), the largest
+  // kept id.
+  if (t == 0) {
+    unsigned long long target = probability_units(w.sample->uniform);
+    int c = 0;
+    for (; c < a.chunks; ++c) {
+      const unsigned long long m = __ldcg(&st->masses[c]);
+      if (target < m) break;
+      target -= m;
+    }
+    if (c == a.chunks) {
+      int largest = -1;
+      for (int i = 0; i < a.chunks; ++i) largest = max(largest, __ldcg(&st->last_kept[i]));
+      a.out[w.r] = largest;
+    }
+    chunk = c;
+    rest = target;
+  }
+  __syncthreads();
+  if (chunk == a.chunks) return;
+  // The run, by a scan of the chunk's runs a tile at a time.
+  const int64_t length = chunk_length(a.V, a.chunks);
+  const int64_t begin = min(a.V, chunk * length), end = min(a.V, begin + length);
+  const int64_t first_run = begin / kRunTokens, end_run = (end + kRunTokens - 1) / kRunTokens;
+  unsigned long long carry = 0;
+  for (int64_t base = first_run; base < end_run; base += kThreads) {
+    const int64_t i = base + t;
+    const unsigned long long m = i < end_run ? __ldcg(&runs[i]) : 0;
+    unsigned long long before = 0, tile = 0;
+    MassScan(scan).ExclusiveSum(m, before, tile);
+    const unsigned long long target = rest;
+    __syncthreads();  // every thread has read rest
+    const bool here = carry + before <= target && target < carry + before + m;
+    if (here) {
+      run = i;
+      rest = target - carry - before;
+    }
+    if (__syncthreads_or(here)) break;
+    carry += tile;
+  }
+  // The token: warp 0 over the run's ids, its lanes' sums scanned.
+  if (warp != 0) return;
+  WholeChunk in = w;  // the chosen chunk's bounds
+  in.begin = begin;
+  in.end = end;
+  const int64_t first = run * kRunTokens + 4 * lane;
+  bool kept = false;
+  unsigned long long lane_sum = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) lane_sum += draw_measure(cuts, in, first + e, &kept);
+  unsigned long long inclusive = lane_sum;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const unsigned long long v = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += v;
+  }
+  unsigned long long target = rest;
+  const unsigned long long before = inclusive - lane_sum;
+  if (before <= target && target < inclusive) {
+    target -= before;
+    for (int e = 0;; ++e) {
+      const unsigned long long m = draw_measure(cuts, in, first + e, &kept);
+      if (target < m) {
+        a.out[w.r] = static_cast<int32_t>(first + e);
+        break;
+      }
+      target -= m;
+    }
   }
 }
 
@@ -481,24 +557,21 @@ Status whole_draw(const WholeArgs& a, int64_t S, const WholePlan& plan) {
   KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row total kernel");
   whole_probs_kernel<<<grid, kThreads, 0, stream()>>>(a);
   KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row probability kernel");
-  const auto search = [&](auto kind) -> Status {
-    constexpr Search k = decltype(kind)::value;
-    for (int shift = 32 - kDigitBits; shift > -kDigitBits; shift -= kDigitBits) {
-      whole_pass_kernel<k><<<grid, kThreads, 0, stream()>>>(a, shift);
-      KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row search pass");
-    }
-    whole_ties_kernel<k><<<grid, kThreads, 0, stream()>>>(a);
-    KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row search ties");
-    return Status::Ok();
-  };
   if (plan.top_p) {
-    KUIPER_RETURN_IF_ERROR(search(std::integral_constant<Search, Search::kTopP>{}));
+    for (int shift = 32 - kDigitBits; shift > -kDigitBits; shift -= kDigitBits) {
+      whole_pass_kernel<<<grid, kThreads, 0, stream()>>>(a, shift);
+      KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row top-p pass");
+    }
+    whole_ties_kernel<<<grid, kThreads, 0, stream()>>>(a);
+    KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row top-p ties");
   }
   if (plan.kept) {
     whole_kept_kernel<<<grid, kThreads, 0, stream()>>>(a);
     KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row kept-mass kernel");
   }
-  return search(std::integral_constant<Search, Search::kDraw>{});
+  whole_draw_kernel<<<grid, kThreads, 0, stream()>>>(a);
+  KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row draw kernel");
+  return Status::Ok();
 }
 
 // Chunks a row: as many as the GPU holds blocks of the chain at once (one wave; a wave and a
@@ -509,7 +582,7 @@ Result<int> whole_chunks(int64_t S, int64_t V) {
   KUIPER_ASSIGN_OR_RETURN(const int per_sm, resident.get([]() -> Result<int> {
     int n = 0;
     KUIPER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, whole_pass_kernel<Search::kDraw>, kThreads, 0));
+        &n, whole_pass_kernel, kThreads, 0));
     return std::max(n, 1);
   }));
   const int64_t want = static_cast<int64_t>(sms) * per_sm / S;
@@ -521,14 +594,25 @@ Result<int> whole_chunks(int64_t S, int64_t V) {
 
 Status draw_whole_rows(const uint32_t* keys32, int64_t S, int64_t V, const op::SampleRow* rows,
                        const WholePlan& plan, op::SampleWorkspace& ws, int32_t* out) {
-  const size_t bytes = static_cast<size_t>(S) * sizeof(WholeRow);
+  // The rows' states, then their runs' sums.
+  const int64_t runs_per_row = (V + kRunTokens - 1) / kRunTokens;
+  const size_t state_bytes = static_cast<size_t>(S) * sizeof(WholeRow);
+  const size_t bytes = state_bytes + static_cast<size_t>(S * runs_per_row) * sizeof(uint64_t);
   if (!ws.whole.defined() || ws.whole.nbytes() < bytes) {
     KUIPER_ASSIGN_OR_RETURN(ws.whole, Tensor::empty({static_cast<int64_t>(bytes)},
                                                     DataType::kUint8, DeviceType::kCuda));
   }
   KUIPER_ASSIGN_OR_RETURN(const int chunks, whole_chunks(S, V));
-  const WholeArgs args{keys32, V, rows, reinterpret_cast<float*>(ws.alt_ids.raw()),
-                       reinterpret_cast<WholeRow*>(ws.whole.raw()), chunks, out};
+  char* whole = static_cast<char*>(ws.whole.raw());
+  const WholeArgs args{keys32,
+                       V,
+                       rows,
+                       reinterpret_cast<float*>(ws.alt_ids.raw()),
+                       reinterpret_cast<WholeRow*>(whole),
+                       reinterpret_cast<unsigned long long*>(whole + state_bytes),
+                       runs_per_row,
+                       chunks,
+                       out};
   return whole_draw(args, S, plan);
 }
 
