@@ -237,11 +237,12 @@ void repetition_penalty(float penalty, const int32_t* recent, int64_t n, float* 
 // The tokens a non-greedy draw chooses among (no penalty applied here), most likely first (the
 // lower id first on equal logits), with their renormalised probabilities: l = logits / T, the
 // top_k largest, p = exp(l - max) / sum (in double), the smallest prefix with mass >= top_p,
-// those with p >= min_p * p_max, then p / sum(kept).
+// those with p >= min_p * p_max, then p / sum(kept) where the parameters may cut any
+// (cuts_vocabulary, sample_math.h).
 std::vector<TokenProbability> sample_candidates(const float* logits, int64_t vocab,
                                                 const SampleParams& params);
 // The inverse-CDF draw over the candidates in id order (as torch.multinomial walks them): the
-// first id whose running probability sum, in units of 2^-60 (probability_units.h), exceeds
+// first id whose running probability sum, in units of 2^-60 (sample_math.h), exceeds
 // uniform in [0, 1); the largest id when rounding leaves uniform above the total.
 int32_t draw(const std::vector<TokenProbability>& candidates, double uniform);
 

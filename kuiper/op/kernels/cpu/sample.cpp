@@ -1,14 +1,14 @@
 // The reference sampler: Hugging Face's repetition penalty and warper chain (temperature ->
 // top-k -> top-p -> min-p) in plain loops. Probabilities are summed in double so the result does
 // not depend on the vocabulary's size, and the draw walks the kept tokens in id order (as
-// torch.multinomial does) summing whole units of 2^-60 (probability_units.h), exact in any
+// torch.multinomial does) summing whole units of 2^-60 (sample_math.h), exact in any
 // order; the CUDA kernel (kernels/cuda/sample.cu) follows the same arithmetic step by step.
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
 
 #include "kuiper/op/kernels/cpu/cpu_kernels.h"
-#include "kuiper/op/kernels/probability_units.h"
+#include "kuiper/op/kernels/sample_math.h"
 
 namespace kuiper::cpu {
 
@@ -78,6 +78,7 @@ std::vector<op::TokenProbability> sample_candidates(const float* logits, int64_t
     while (n < out.size() && out[n].probability >= floor) ++n;
     out.resize(n);
   }
+  if (!cuts_vocabulary(params, vocab)) return out;  // the softmax as it is
   double kept = 0.0;
   for (const op::TokenProbability& c : out) kept += c.probability;
   for (op::TokenProbability& c : out) c.probability = static_cast<float>(c.probability / kept);

@@ -328,11 +328,14 @@ __global__ void __launch_bounds__(kThreads)
     kept = shared_index;
     __syncthreads();
   }
-  const double kept_mass = block_sum(kept, prob_d, storage, &shared_sum);
   // The draw walks the kept tokens in id order (draw_by_id), each renormalised as the CPU
-  // stores it (a float).
+  // stores it (a float) where the parameters may cut any.
+  const bool renormalise = cuts_vocabulary(params, V);
+  const double kept_mass = renormalise ? block_sum(kept, prob_d, storage, &shared_sum) : 1.0;
   auto measure = [&](int64_t i) {
-    return probability_units(static_cast<double>(static_cast<float>(prob_d(i) / kept_mass)));
+    const double p = prob_d(i);
+    return probability_units(renormalise ? static_cast<double>(static_cast<float>(p / kept_mass))
+                                         : p);
   };
   const int32_t id = draw_by_id(kept, V, [&](int64_t i) { return ids[i]; }, measure,
                                 probability_units(uniform), draw_storage);

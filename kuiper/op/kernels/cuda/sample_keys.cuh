@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kuiper/op/kernels/probability_units.h"
+#include "kuiper/op/kernels/sample_math.h"
 #include "kuiper/op/ops.h"
 
 namespace kuiper::cuda::sampling {
@@ -39,7 +39,7 @@ inline __device__ float key_value(uint64_t key) {
   return __uint_as_float((ordered & 0x80000000u) != 0 ? (ordered & 0x7fffffffu) : ~ordered);
 }
 
-// A block's histogram of sums in probability units (probability_units.h) as two 32-bit words a
+// A block's histogram of sums in probability units (sample_math.h) as two 32-bit words a
 // bin, so that every add is a native 32-bit shared atomic: v's low word into lo (its wrap
 // carried) and its high word into hi. A bin's sum is hi * 2^32 + lo while it stays below 2^64 (a
 // probability sum: at most 2^60).

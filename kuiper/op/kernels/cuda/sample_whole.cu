@@ -22,14 +22,16 @@ using namespace sampling;
 // block finished when) and sets up what follows:
 //   1. the smallest key (the most likely token);
 //   2. the softmax's denominator, exp(l - top) summed in double;
-//   3. each token's probability as the CPU stores it (a float) into probs, and their sum;
+//   3. (rows that may cut: cuts_vocabulary) each token's probability as the CPU stores it (a
+//      float) into probs, and their sum;
 //   4. top-p's cut (rows with top_p < 1): the token at which the probabilities' running sum along
 //      the sorted order (most likely first, ties by id) reaches top_p, found by a search;
 //   5. the kept mass (rows with top-p or min-p): the sum over the tokens top-p's cut and min-p's
 //      floor keep (min-p keeps a prefix: the probabilities never rise along the sorted order);
 //   6. the draw, in id order (as torch.multinomial walks the probabilities): each block sums its
-//      chunk's kept tokens' renormalised probabilities (floats as the CPU stores them, in
-//      probability units) by runs of kRunTokens ids and in all, and the row's last block walks
+//      chunk's kept tokens' probabilities (floats as the CPU stores them, renormalised where the
+//      row may cut, from probs, else each found again from its key; in probability units) by
+//      runs of kRunTokens ids and in all, and the row's last block walks
 //      the chunks' sums, then the chosen chunk's runs, then the run's tokens to the one whose
 //      interval of the running sum holds the uniform.
 // Top-p's search finds the token whose interval [running sum before it, through it) holds a
@@ -37,7 +39,7 @@ using namespace sampling;
 // every bin's probabilities into a histogram and keeping the bin that holds the value, as the
 // select keeps the bin of its n-th key (past_end where the value lies past the sum); then, among
 // the keys equal to the one found (each of the same probability), the token in id order. Every
-// sum is in probability units (probability_units.h), so exact and in any order.
+// sum is in probability units (sample_math.h), so exact and in any order.
 constexpr int kMostChunks = 32;
 // The fewest tokens a chunk takes (a few rounds of the block).
 constexpr int64_t kLeastChunk = 4 * kThreads;
@@ -140,9 +142,11 @@ __device__ void begin_search(WholeRow* st, unsigned long long value) {
 }
 
 // A token's probability from its key, as phase 3 stores it.
+__device__ float softmax_prob(uint32_t key, float top, double total) {
+  return static_cast<float>(exp(static_cast<double>(__fsub_rn(key_value(key), top))) / total);
+}
 __device__ float prob_of_key(uint32_t key, const WholeRow* st) {
-  const float top = key_value(st->top);
-  return static_cast<float>(exp(static_cast<double>(__fsub_rn(key_value(key), top))) / st->total);
+  return softmax_prob(key, key_value(st->top), st->total);
 }
 
 // What the draw keeps, read once a block from the row's state.
@@ -152,9 +156,13 @@ struct Cuts {
   int64_t cut_id;
   float floor;
   double kept;
+  bool renormalise;  // the row may cut (cuts_vocabulary): probs and kept are set
+  float top;         // the softmax's top logit and denominator
+  double total;
 };
-__device__ Cuts cuts_of(const WholeRow* st) {
-  return {st->cut, st->cut_key, st->cut_id, st->floor, st->kept};
+__device__ Cuts cuts_of(const WholeRow* st, const op::SampleParams& p, int64_t V) {
+  return {st->cut,  st->cut_key, st->cut_id, st->floor, st->kept, cuts_vocabulary(p, V),
+          key_value(st->top), st->total};
 }
 
 // Whether the draw keeps token i (key k, probability p): within top-p's cut and min-p's floor.
@@ -239,17 +247,16 @@ __global__ void __launch_bounds__(kThreads) whole_total_kernel(WholeArgs a) {
   if (chunk_sum(w, a.V, a.chunks, weight, &total) && threadIdx.x == 0) w.st->total = total;
 }
 
-// Phase 3; sets up top-p's search.
+// Phase 3 (rows that may cut); sets up top-p's search.
 __global__ void __launch_bounds__(kThreads) whole_probs_kernel(WholeArgs a) {
   const WholeChunk w = whole_chunk(a);
   const op::SampleParams& params = w.sample->params;
-  if (!draws_whole(params, a.V)) return;
+  if (!draws_whole(params, a.V) || !cuts_vocabulary(params, a.V)) return;
   const float top = key_value(w.st->top);
   const double total = w.st->total;
   double sum = 0.0;
   const auto prob = [&](int64_t i, uint32_t k) {
-    const float p =
-        static_cast<float>(exp(static_cast<double>(__fsub_rn(key_value(k), top))) / total);
+    const float p = softmax_prob(k, top, total);
     w.probs[i] = p;
     return static_cast<double>(p);
   };
@@ -269,8 +276,8 @@ __global__ void __launch_bounds__(kThreads) whole_probs_kernel(WholeArgs a) {
 __global__ void __launch_bounds__(kThreads) whole_kept_kernel(WholeArgs a) {
   const WholeChunk w = whole_chunk(a);
   const op::SampleParams& params = w.sample->params;
-  if (!draws_whole(params, a.V) || (params.top_p >= 1.0f && !(params.min_p > 0.0f))) return;
-  const Cuts cuts = cuts_of(w.st);
+  if (!draws_whole(params, a.V) || !cuts_vocabulary(params, a.V)) return;
+  const Cuts cuts = cuts_of(w.st, params, a.V);
   double kept = 0.0;
   const auto kept_prob = [&](int64_t i, uint32_t k) {
     const float p = w.probs[i];
@@ -412,13 +419,17 @@ __global__ void __launch_bounds__(kThreads) whole_ties_kernel(WholeArgs a) {
   st->cut_id = static_cast<int64_t>(shared_id);
 }
 
-// The draw's measure of token i of the chunk: its renormalised probability as the CPU stores it
-// (a float) in probability units, 0 where the cuts drop it or past the chunk; *kept whether the
-// cuts keep it.
+// The draw's measure of token i of the chunk: its probability as the CPU stores it (a float; in a
+// row that may cut, renormalised over what the cuts keep) in probability units, 0 where the cuts
+// drop it or past the chunk; *kept whether the cuts keep it.
 __device__ unsigned long long draw_measure(const Cuts& c, const WholeChunk& w, int64_t i,
                                            bool* kept) {
   *kept = false;
   if (i >= w.end) return 0;
+  if (!c.renormalise) {  // every token, its softmax probability as it is
+    *kept = true;
+    return probability_units(static_cast<double>(softmax_prob(w.row[i], c.top, c.total)));
+  }
   const float p = w.probs[i];
   if (!kept_token(c, c.cut ? w.row[i] : 0u, i, p)) return 0;
   *kept = true;
@@ -446,7 +457,7 @@ __global__ void __launch_bounds__(kThreads) whole_draw_kernel(WholeArgs a) {
   const WholeChunk w = whole_chunk(a);
   if (!draws_whole(w.sample->params, a.V)) return;
   WholeRow* st = w.st;
-  const Cuts cuts = cuts_of(st);
+  const Cuts cuts = cuts_of(st, w.sample->params, a.V);
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
   unsigned long long* runs = a.runs + w.r * a.runs_per_row;
   unsigned long long mass = 0;
@@ -555,8 +566,10 @@ Status whole_draw(const WholeArgs& a, int64_t S, const WholePlan& plan) {
   KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row top kernel");
   whole_total_kernel<<<grid, kThreads, 0, stream()>>>(a);
   KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row total kernel");
-  whole_probs_kernel<<<grid, kThreads, 0, stream()>>>(a);
-  KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row probability kernel");
+  if (plan.kept) {
+    whole_probs_kernel<<<grid, kThreads, 0, stream()>>>(a);
+    KUIPER_CUDA_CHECK_LAUNCH("sampling whole-row probability kernel");
+  }
   if (plan.top_p) {
     for (int shift = 32 - kDigitBits; shift > -kDigitBits; shift -= kDigitBits) {
       whole_pass_kernel<<<grid, kThreads, 0, stream()>>>(a, shift);

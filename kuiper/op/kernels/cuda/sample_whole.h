@@ -12,7 +12,7 @@ namespace kuiper::cuda {
 // What the group's whole rows cut, so the chain runs only the phases some row needs.
 struct WholePlan {
   bool top_p = false;  // some row cuts by top-p
-  bool kept = false;   // some row cuts by top-p or min-p
+  bool kept = false;   // some row cuts by top-p or min-p (probabilities and kept mass)
 };
 
 // out[r] for each row r of the S (rows: the device table) that draws_whole, from its 32-bit
