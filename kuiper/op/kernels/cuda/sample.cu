@@ -9,9 +9,10 @@
 //      sorts): rows stay apart (r is the key's top bits) and each comes out most likely first;
 //      the sort is stable, so equal logits keep the lower id first, the CPU's tie rule;
 //   3. one block a row over its first n = top_k (or V) sorted keys: softmax in double, top-p
-//      prefix, min-p cut, renormalise, inverse-CDF draw at the host's uniform over the kept
-//      tokens in id order (as torch.multinomial walks them), its sums in probability units
-//      (draw_by_id); greedy rows take the first key, the arg-max.
+//      prefix, min-p cut, renormalise (where the row may cut: cuts_vocabulary), inverse-CDF
+//      draw at the host's uniform over the kept tokens in id order (as torch.multinomial walks
+//      them), its sums in probability units (draw_by_id); greedy rows take the first key, the
+//      arg-max.
 // Where at least kSelectMinRows rows each keep at most kSelectMost tokens (top_k in [1,
 // kSelectMost], or greedy: one), steps 1 and 2 are cheaper (the sort of S * V pairs was about
 // 0.5 ms of a 64-sequence step, 2.5 ms of a 256-sequence one):
@@ -26,7 +27,7 @@
 //      unsorted keys, finds top-p's cut as the token at which the running sum along the sorted
 //      order reaches top_p, by the same radix passes with each bin's sum instead of its count,
 //      then the id among the keys equal to it; min-p's cut is a bound on the probability; the
-//      draw sums the kept tokens' measures in id order by slots and walks them
+//      draw sums the kept tokens' probabilities in id order by runs of ids and walks them
 //      (sample_whole.cu).
 // Any other row (top-k above kSelectMost and below V) sends its group of rows to the sort. The
 // sums run in another order than the CPU's (as the block reductions of step 3 already do), so the
