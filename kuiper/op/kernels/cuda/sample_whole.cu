@@ -54,7 +54,7 @@ struct WholeRow {
   double parts[kMostChunks];              // each chunk's sum in the phase
   unsigned long long picks[kMostChunks];  // each chunk's smallest key or count of ties
   unsigned slots[kMostChunks][kSlots];    // each chunk's count of the tied keys in each slot
-  unsigned long long masses[kMostChunks]; // each chunk's kept measure (the draw)
+  unsigned long long mass[kMostChunks];   // each chunk's kept measure (the draw)
   int last_kept[kMostChunks];             // each chunk's largest kept id, -1 if none (the draw)
   unsigned arrived;                       // the row's blocks done with the phase
   uint32_t top;                           // the smallest key
@@ -161,8 +161,8 @@ struct Cuts {
   double total;
 };
 __device__ Cuts cuts_of(const WholeRow* st, const op::SampleParams& p, int64_t V) {
-  return {st->cut,  st->cut_key, st->cut_id, st->floor, st->kept, cuts_vocabulary(p, V),
-          key_value(st->top), st->total};
+  return {st->cut, st->cut_key, st->cut_id, st->floor, st->kept,
+          cuts_vocabulary(p, V), key_value(st->top), st->total};
 }
 
 // Whether the draw keeps token i (key k, probability p): within top-p's cut and min-p's floor.
@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(kThreads) whole_draw_kernel(WholeArgs a) {
   if (t == 0) {
     unsigned long long chunk_mass = 0;
     for (int i = 0; i < kThreads / 32; ++i) chunk_mass += warp_masses[i];
-    st->masses[w.c] = chunk_mass;
+    st->mass[w.c] = chunk_mass;
     st->last_kept[w.c] = static_cast<int>(last) - 1;
   }
   if (!arrive_last(st, a.chunks)) return;
@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) whole_draw_kernel(WholeArgs a) {
     unsigned long long target = probability_units(w.sample->uniform);
     int c = 0;
     for (; c < a.chunks; ++c) {
-      const unsigned long long m = __ldcg(&st->masses[c]);
+      const unsigned long long m = __ldcg(&st->mass[c]);
       if (target < m) break;
       target -= m;
     }
