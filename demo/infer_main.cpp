@@ -18,6 +18,7 @@
 #include "demo/result_record.h"
 #include "kuiper/runtime/chat_session.h"
 #include "kuiper/runtime/vision_input.h"
+#include "tools/program_flags.h"
 
 namespace kuiper::demo {
 
@@ -219,6 +220,10 @@ int infer_main(int argc, char** argv, Architecture family) {
            : std::string()) +
       "Flags may be written with dashes or underscores (--top-p, --top_p); --no-NAME turns a "
       "flag off (--no-cuda-graph).");
+  if (asks_for_help(argc, argv)) {
+    std::fputs(program_help().c_str(), stdout);
+    return 0;
+  }
   int exit_code = 1;
   const Status status = run(argc, argv, family, program.c_str(), &exit_code);
   if (!status.ok()) {

@@ -489,6 +489,31 @@ TEST_F(InferCli, MissingOrWrongModelIsRefused) {
                  {"qwen2 model"});
 }
 
+// --help (and -h) lists the program's own flags as people type them and exits 0: not glog's and
+// gflags' flags first (--helpfull has those), not gflags' exit 1. A flag's value that reads
+// "--help" is a value.
+TEST_F(InferCli, HelpListsTheProgramsOwnFlags) {
+  for (const std::string program : {"qwen3_infer", "qwen3_vl_infer", "kuiper-convert",
+                                    "kuiper-tokenize", "kuiper-logits", "kuiper-server",
+                                    "kuiper-bench"}) {
+    for (const std::string flag : {"--help", "-h"}) {
+      const CliResult r = run(program, {flag});
+      SCOPED_TRACE(program + " " + flag);
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.out.find("Flags (--helpfull"), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("logbufsecs"), std::string::npos);  // glog's
+      EXPECT_EQ(r.out.find("tab_completion_columns"), std::string::npos);  // gflags'
+    }
+  }
+  const CliResult infer = run("qwen3_infer", {"--help"});
+  EXPECT_NE(infer.out.find("  --top-p (double, default 0.95)\n"), std::string::npos) << infer.out;
+  EXPECT_NE(infer.out.find("  --model (string, default \"\")\n"), std::string::npos);
+  EXPECT_NE(run("kuiper-bench", {"--helpfull"}).out.find("logbufsecs"), std::string::npos);
+  const CliResult as_value = qwen3({"--prompt", "--help", "--max-tokens", "2"});
+  EXPECT_EQ(as_value.exit_code, 0) << as_value.err;
+  EXPECT_EQ(as_value.out.find("Flags (--helpfull"), std::string::npos);
+}
+
 TEST_F(InferCli, MaxBatchGoesWithAPromptsFile) {
   expect_refusal(qwen3({"--prompt", "x", "--max-batch", "2"}), {"--max-batch", "--prompts-file"});
   write("p.txt", "x\n");

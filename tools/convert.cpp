@@ -23,6 +23,7 @@
 #include "kuiper/model/hf_checkpoint.h"
 #include "kuiper/model/model_file.h"
 #include "kuiper/model/quantization.h"
+#include "tools/program_flags.h"
 
 DEFINE_string(hf, "", "Hugging Face checkpoint directory (config.json, tokenizer, safetensors)");
 DEFINE_string(out, "", "model file to write");
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
   google::InitGoogleLogging(argv[0]);
   gflags::SetUsageMessage(kUsage);
+  if (kuiper::asks_for_help(argc, argv)) {
+    std::fputs(kuiper::program_help().c_str(), stdout);
+    return 0;
+  }
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) return fail(std::string("unexpected argument '") + argv[1] + "'\nusage: " + kUsage);
   if (FLAGS_hf.empty() || FLAGS_out.empty()) {

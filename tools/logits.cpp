@@ -189,6 +189,10 @@ int main(int argc, char** argv) {
       "kuiper-logits --model M.bin --tokens 1,2,3 --out logits.f32 [--device cpu|cuda] "
       "[--attention mha|flash1|flash2] [--dtype auto|bf16|fp16|fp32] [--decode] "
       "[--no-cuda-graph] [--image a.png ...]");
+  if (kuiper::asks_for_help(argc, argv)) {
+    std::fputs(kuiper::program_help().c_str(), stdout);
+    return 0;
+  }
   std::vector<std::string> images;
   Result<std::vector<std::string>> args = rewrite_args(argc, argv, &images);
   Status status = args.status();

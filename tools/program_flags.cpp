@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include <gflags/gflags.h>
 
@@ -34,6 +36,68 @@ std::string gflags_spelling(const std::string& arg) {
   }
   if (name.rfind("no", 0) == 0 && is_flag(name.substr(2), true)) return "--" + name + value;
   return arg;
+}
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return false;
+    if (arg == "--help" || arg == "-help" || arg == "-h" || arg == "--helpshort" ||
+        arg == "-helpshort") {
+      return true;
+    }
+    // A flag that takes a value, given without '=', takes the next argument whatever it is.
+    const std::string spelled = gflags_spelling(arg);
+    if (spelled.rfind("--", 0) != 0 || spelled.find('=') != std::string::npos) continue;
+    gflags::CommandLineFlagInfo info;
+    if (gflags::GetCommandLineFlagInfo(spelled.substr(2).c_str(), &info) && info.type != "bool") {
+      ++i;
+    }
+  }
+  return false;
+}
+
+std::string program_help() {
+  std::vector<gflags::CommandLineFlagInfo> flags;
+  gflags::GetAllFlags(&flags);
+  std::vector<gflags::CommandLineFlagInfo> own;
+  for (const gflags::CommandLineFlagInfo& f : flags) {
+    if (f.filename.find("/demo/") != std::string::npos ||
+        f.filename.find("/tools/") != std::string::npos) {
+      own.push_back(f);
+    }
+  }
+  std::sort(own.begin(), own.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::string text = std::string(gflags::ProgramUsage()) +
+                     "\n\nFlags (--helpfull lists glog's and gflags' own too):\n";
+  for (const gflags::CommandLineFlagInfo& f : own) {
+    std::string name = f.name;
+    std::replace(name.begin(), name.end(), '_', '-');
+    std::string value = f.default_value;
+    if (f.type == "double") {  // 0.05, not 0.050000000000000003
+      std::ostringstream shortest;
+      shortest << std::stod(value);
+      value = shortest.str();
+    } else if (f.type == "string") {
+      value = "\"" + value + "\"";
+    }
+    text += "  --" + name + " (" + f.type + ", default " + value + ")\n";
+    // The description, wrapped at word boundaries under an indent of 6.
+    std::istringstream words(f.description);
+    std::string word, line;
+    for (;;) {
+      const bool more = static_cast<bool>(words >> word);
+      if (!more || (!line.empty() && 6 + line.size() + 1 + word.size() > 100)) {
+        if (!line.empty()) text += "      " + line + "\n";
+        line.clear();
+        if (!more) break;
+      }
+      line += (line.empty() ? "" : " ") + word;
+    }
+  }
+  return text + "\nAnd glog's --v=1: the library's log (what was loaded, which kernels were chosen) "
+                "on stderr.\n";
 }
 
 Status set_model_flags(const std::string& dtype, bool cuda_graph, bool graph_given,

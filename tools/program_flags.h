@@ -16,6 +16,17 @@ namespace kuiper {
 // that is from main().
 std::string gflags_spelling(const std::string& arg);
 
+// Whether the arguments ask for help: --help, -help, -h or --helpshort (a flag's value, as in
+// --prompt --help, does not; nor anything after "--"). gflags' own --help lists glog's and its own
+// flags before the program's and exits 1; a program asks this first, prints program_help() and
+// exits 0 (--helpfull still lists everything, as gflags does).
+bool asks_for_help(int argc, char** argv);
+
+// The usage message (gflags::SetUsageMessage) and the flags the program defines itself (in demo/
+// and tools/), in name order, each as people type it (--top-p) with its type, default and
+// description wrapped to 100 columns.
+std::string program_help();
+
 // Sets `options`' activation dtype and CUDA graph from --dtype (auto|bf16|fp16|fp32, checked
 // against options->device) and --cuda-graph: left out (`graph_given` false), the graph is used
 // where the device has one; asked for on a device without one, it is an error. Errors name the

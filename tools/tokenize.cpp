@@ -18,6 +18,7 @@
 #include "kuiper/base/json_reader.h"
 #include "kuiper/model/model_file.h"
 #include "kuiper/tokenizer/tokenizer.h"
+#include "tools/program_flags.h"
 
 DEFINE_string(tokenizer, "", "tokenizer.json to use");
 DEFINE_string(model, "", "Kuiper model file (.bin) whose embedded tokenizer to use");
@@ -154,6 +155,10 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
   google::InitGoogleLogging(argv[0]);
   gflags::SetUsageMessage(kUsage);
+  if (kuiper::asks_for_help(argc, argv)) {
+    std::fputs(kuiper::program_help().c_str(), stdout);
+    return 0;
+  }
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (FLAGS_tokenizer.empty() == FLAGS_model.empty() || argc > 1) {
     std::cerr << "kuiper-tokenize: give exactly one of --tokenizer or --model (see --help)\n";

@@ -330,6 +330,10 @@ int main(int argc, char** argv) {
   int n = static_cast<int>(ptrs.size());
   char** p = ptrs.data();
   gflags::SetUsageMessage("kuiper-bench --config CONFIG.json | --model M.bin [flags]");
+  if (kuiper::asks_for_help(argc, argv)) {
+    std::fputs(kuiper::program_help().c_str(), stdout);
+    return 0;
+  }
   gflags::ParseCommandLineFlags(&n, &p, true);
   const kuiper::Status status = kuiper::bench::run(command);
   if (!status.ok()) {

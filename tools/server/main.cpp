@@ -182,6 +182,10 @@ int main(int argc, char** argv) {
       "an OpenAI-compatible server:\n  kuiper-server --model M.bin [--host 127.0.0.1] "
       "[--port 8080] [--api-key KEY] [--max-queue N] [--max-batch N] [--max-context N]\n"
       "Flags may be written with dashes or underscores (--api-key, --api_key).");
+  if (kuiper::asks_for_help(argc, argv)) {
+    std::fputs(kuiper::program_help().c_str(), stdout);
+    return 0;
+  }
   std::vector<std::string> args;
   for (int i = 0; i < argc; ++i) args.push_back(i == 0 ? argv[0] : kuiper::gflags_spelling(argv[i]));
   std::vector<char*> ptrs;
