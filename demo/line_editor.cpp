@@ -1,12 +1,14 @@
 #include "demo/line_editor.h"
 
 #include <fcntl.h>
+#include <langinfo.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <clocale>
 #include <cstdio>
+#include <cstring>
 #include <cwchar>
 
 #include <histedit.h>
@@ -23,9 +25,12 @@ LineEditor::LineEditor(const char* program, std::atomic<bool>* interrupted)
       input_owned_ = true;
     }
   }
-  // libedit decodes input by the locale's character type; in "C" a multi-byte character would
-  // be edited as several.
+  // libedit decodes input by the locale's character type: in "C" (a container without LANG) a
+  // multi-byte character would be edited as several, and a line holding one was dropped. The
+  // model reads UTF-8, so the editor does: the environment's locale where it is UTF-8, else
+  // C.UTF-8.
   std::setlocale(LC_CTYPE, "");
+  if (std::strcmp(nl_langinfo(CODESET), "UTF-8") != 0) std::setlocale(LC_CTYPE, "C.UTF-8");
   el_ = el_init(program, stdin, stdout, stderr);
   history_ = history_init();
   HistEvent event;
@@ -55,7 +60,7 @@ char* LineEditor::prompt_callback(editline* el) {
 // libedit's own reader blocks in read(2), and a Ctrl-C that lands before that read starts (while
 // the prompt is being drawn) interrupts nothing: it would wait for Enter and then throw the line
 // away. This reader waits in short poll() slices and looks at the flag between them, so a
-// Ctrl-C is seen whenever it comes. Bytes become characters by the locale, as libedit's do.
+// Ctrl-C is seen whenever it comes. Bytes become characters as UTF-8 (the constructor's locale).
 // The read is non-blocking (input_): a Ctrl-C flushes the terminal's input queue, and one that
 // lands between poll (input ready) and read would leave a blocking read waiting on the emptied
 // queue, the interrupt already taken, until the next key (a hung prompt about once in 150
@@ -63,30 +68,46 @@ char* LineEditor::prompt_callback(editline* el) {
 int LineEditor::read_char(editline* el, wchar_t* out) {
   void* self = nullptr;
   el_get(el, EL_CLIENTDATA, &self);
-  const LineEditor& editor = *static_cast<LineEditor*>(self);
+  LineEditor& editor = *static_cast<LineEditor*>(self);
   const std::atomic<bool>& interrupted = *editor.interrupted_;
   std::mbstate_t state{};
+  bool partial = false;  // inside a multi-byte character
   for (;;) {
-    if (interrupted.load()) {
-      errno = EINTR;
-      return -1;
-    }
-    pollfd input = {editor.input_, POLLIN, 0};
-    const int ready = ::poll(&input, 1, 100);
-    if (ready < 0 && errno != EINTR) return -1;
-    if (ready <= 0) continue;
     char byte = 0;
-    const ssize_t n = ::read(editor.input_, &byte, 1);
-    if (n == 0) return 0;  // end of input
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      return -1;
+    if (editor.held_ >= 0) {
+      byte = static_cast<char>(editor.held_);
+      editor.held_ = -1;
+    } else {
+      if (interrupted.load()) {
+        errno = EINTR;
+        return -1;
+      }
+      pollfd input = {editor.input_, POLLIN, 0};
+      const int ready = ::poll(&input, 1, 100);
+      if (ready < 0 && errno != EINTR) return -1;
+      if (ready <= 0) continue;
+      const ssize_t n = ::read(editor.input_, &byte, 1);
+      if (n == 0) {  // end of input, after a character cut short if any
+        if (!partial) return 0;
+        *out = L'\uFFFD';
+        editor.not_utf8_ = true;
+        return 1;
+      }
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+        return -1;
+      }
     }
     const size_t used = std::mbrtowc(out, &byte, 1, &state);
-    if (used == static_cast<size_t>(-2)) continue;  // inside a multi-byte character
-    if (used == static_cast<size_t>(-1)) {         // not a character: never pass it on raw
-      state = std::mbstate_t{};
+    if (used == static_cast<size_t>(-2)) {
+      partial = true;
+      continue;
+    }
+    if (used == static_cast<size_t>(-1)) {  // not a character: never pass it on raw
       *out = L'\uFFFD';
+      editor.not_utf8_ = true;
+      // A byte that cut a character short starts the next one (a newline still ends the line).
+      if (partial) editor.held_ = static_cast<unsigned char>(byte);
     }
     return 1;
   }
@@ -94,6 +115,7 @@ int LineEditor::read_char(editline* el, wchar_t* out) {
 
 LineEditor::Event LineEditor::read(const std::string& prompt, std::string* line) {
   prompt_ = prompt;
+  not_utf8_ = false;
   int count = 0;
   const char* text = el_gets(el_, &count);
   // Ctrl-C interrupts the terminal read (the SIGINT handler is installed without SA_RESTART),

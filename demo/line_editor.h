@@ -23,6 +23,8 @@ class LineEditor {
   // Shows `prompt` and reads one line (without its newline) into *line. kInterrupted: Ctrl-C
   // cleared the line; kEnd: Ctrl-D on an empty line or the end of input.
   Event read(const std::string& prompt, std::string* line);
+  // Whether the last line read held bytes that are not UTF-8 (each shown and kept as U+FFFD).
+  bool not_utf8() const { return not_utf8_; }
   void add_history(const std::string& entry);
 
  private:
@@ -37,6 +39,8 @@ class LineEditor {
   // terminal); input_owned_: ours to close.
   int input_ = 0;
   bool input_owned_ = false;
+  bool not_utf8_ = false;
+  int held_ = -1;  // a byte read_char gives again (it cut a character short), or -1
 };
 
 }  // namespace kuiper::demo

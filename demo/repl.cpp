@@ -44,8 +44,10 @@ std::string trim(const std::string& s) {
   return s.substr(begin, s.find_last_not_of(" \t") + 1 - begin);
 }
 
-// One message from the user, which may span several lines; nullopt at the end of input.
-std::optional<std::string> read_message(LineEditor& editor) {
+// One message from the user, which may span several lines; nullopt at the end of input. A
+// message with a line that is not UTF-8 is not sent: it goes to the history (its bad bytes as
+// U+FFFD) and the user is told, so that Up brings it back to edit.
+std::optional<std::string> read_message(LineEditor& editor, const char* program) {
   std::string message;
   bool in_block = false;
   bool continued = false;
@@ -57,6 +59,16 @@ std::optional<std::string> read_message(LineEditor& editor) {
       return std::nullopt;
     }
     if (event == LineEditor::Event::kInterrupted) {
+      message.clear();
+      in_block = continued = false;
+      continue;
+    }
+    if (editor.not_utf8()) {
+      editor.add_history(message.empty() ? line : message + "\n" + line);
+      std::fprintf(stderr,
+                   "%s: that line held bytes that are not UTF-8 (shown as U+FFFD); the message "
+                   "was not sent (Up brings it back)\n",
+                   program);
       message.clear();
       in_block = continued = false;
       continue;
@@ -126,7 +138,7 @@ int run_repl(ChatSession& session, const InferOptions& options, const ImageInput
   };
 
   if (!options.prompt.empty()) reply(options.prompt);
-  while (std::optional<std::string> message = read_message(editor)) {
+  while (std::optional<std::string> message = read_message(editor, program)) {
     const std::string& m = *message;
     if (m == "/quit" || m == "/exit") break;
     if (m == "/help") {

@@ -709,7 +709,7 @@ TEST(InferRepl, SecondTurnPrefillsOnlyNewTokensAndClearResets) {
   EXPECT_EQ(unchanged.prompt, two.prompt);
 
   // Errors of a turn are reported and the chat goes on. (Invalid UTF-8 never
-  // gets this far: libedit drops bytes that are not characters.)
+  // gets this far: ReplReadsUtf8InAnyLocaleAndRefusesOtherBytes.)
   std::string too_long;
   for (int i = 0; i < 300; ++i)
     too_long += "word ";
@@ -758,6 +758,31 @@ TEST(InferRepl, CtrlCStopsTheReplyAndReturnsToThePrompt) {
   term.command("/help");
   term.type_at_prompt("/quit\r");
   EXPECT_EQ(term.wait_exit(), 0) << term.screen();
+}
+
+// The REPL reads UTF-8 whatever the locale (in "C", a container without LANG, a message with a
+// non-ASCII character was dropped without a word), and a line that is not UTF-8 is not sent: the
+// user is told and the chat goes on unchanged.
+TEST_F(InferCli, ReplReadsUtf8InAnyLocaleAndRefusesOtherBytes) {
+  for (const std::string locale : {"C", "C.UTF-8"}) {
+    SCOPED_TRACE(locale);
+    const CliResult r = test::run_program(
+        "qwen3_infer",
+        {"--model", fixture_model("qwen3-tiny"), "--device", "cpu", "--temperature", "0",
+         "--max-tokens", "2", "-i"},
+        "\xE6\x97\xA5\xE6\x9C\xAC\n/stats\ncaf\xE9\n/stats\n",
+        std::string(kChildEnv) + " LC_ALL=" + locale);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("no reply yet"), std::string::npos) << r.err;
+    const size_t refused = r.err.find("not UTF-8");
+    ASSERT_NE(refused, std::string::npos) << r.err;
+    // The same statistics before and after the refused line: nothing was sent.
+    const TurnStats before = parse_stats(r.err.substr(0, refused));
+    const TurnStats after = parse_stats(r.err.substr(refused));
+    EXPECT_GT(before.prompt, 0) << r.err;
+    EXPECT_EQ(after.prompt, before.prompt) << r.err;
+    EXPECT_EQ(after.generated, 2) << r.err;
+  }
 }
 
 } // namespace
