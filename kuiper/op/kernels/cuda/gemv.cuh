@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kuiper/op/kernels/cuda/dtype_dispatch.cuh"
@@ -66,6 +67,39 @@ struct GemvArgs {
   bool swiglu;
   bool fp8_activations;  // x rounded to FP8 first (weight.h): the tensor-core GEMV only
 };
+
+// Whether the GEMVs of several rows of x (gemv_rows.cuh, gemv_rows_mma.cuh) take x of TX and out
+// of TO with a weight of TW: a 16-bit weight, x and out each of its type or fp32 (an fp32 x only
+// into a norm, which the launchers check), not both fp32.
+template <typename TX, typename TW, typename TO>
+constexpr bool kRowsGemvTypes = sizeof(TW) == 2 &&
+                                (std::is_same_v<TX, TW> || std::is_same_v<TX, float>) &&
+                                (std::is_same_v<TO, TW> || std::is_same_v<TO, float>) &&
+                                !(std::is_same_v<TX, float> && std::is_same_v<TO, float>);
+
+// A warp's two rows of w in tile b of a two-rows-a-warp GEMV (gemv_kernel, gemv_rows_kernel)
+// and whether each exists: rows 2 g and 2 g + 1 of group g = b x kGemvWarps + warp, or for
+// SwiGLU gate row g and up row g + up_offset (out's element g).
+struct GemvWarpRows {
+  int64_t group, row[2];
+  bool valid[2];
+};
+
+__device__ __forceinline__ GemvWarpRows gemv_warp_rows(const GemvArgs& a, int64_t b, int warp) {
+  GemvWarpRows t;
+  t.group = b * kGemvWarps + warp;
+  if (a.swiglu) {
+    t.row[0] = t.group;
+    t.row[1] = t.group + a.up_offset;
+    t.valid[0] = t.valid[1] = t.group < a.N;
+  } else {
+    t.row[0] = 2 * t.group;
+    t.row[1] = 2 * t.group + 1;
+    t.valid[0] = t.row[0] < a.N;
+    t.valid[1] = t.row[1] < a.N;
+  }
+  return t;
+}
 
 // Fills xs with x in fp32 (laid out per XsLayout<kVec> when `swizzled`, the main loop's chunks;
 // in order for the scalar loop), times the RMSNorm weight when there is one, and each warp's
@@ -134,26 +168,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
   using Meta = typename Reader::Meta;
   const Reader reader(a.w);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  // The warp's two rows of w in tile b and whether each exists.
-  struct Rows {
-    int64_t group, row[2];
-    bool valid[2];
-  };
-  auto rows_of = [&](int64_t b) {
-    Rows t;
-    t.group = b * kGemvWarps + warp;
-    if (a.swiglu) {
-      t.row[0] = t.group;
-      t.row[1] = t.group + a.up_offset;
-      t.valid[0] = t.valid[1] = t.group < a.N;
-    } else {
-      t.row[0] = 2 * t.group;
-      t.row[1] = 2 * t.group + 1;
-      t.valid[0] = t.row[0] < a.N;
-      t.valid[1] = t.row[1] < a.N;
-    }
-    return t;
-  };
+  using Rows = GemvWarpRows;
+  auto rows_of = [&](int64_t b) { return gemv_warp_rows(a, b, warp); };
   const int64_t K = a.K;
   const int64_t chunks = a.w_vectorized ? K / kVec : 0;
   Rows t = rows_of(blockIdx.x);

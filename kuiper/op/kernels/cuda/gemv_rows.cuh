@@ -128,25 +128,8 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   using Meta = typename Reader::Meta;
   const Reader reader(a.w);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  struct Rows {
-    int64_t group, row[2];
-    bool valid[2];
-  };
-  auto rows_of = [&](int64_t b) {
-    Rows t;
-    t.group = b * kGemvWarps + warp;
-    if (a.swiglu) {
-      t.row[0] = t.group;
-      t.row[1] = t.group + a.up_offset;
-      t.valid[0] = t.valid[1] = t.group < a.N;
-    } else {
-      t.row[0] = 2 * t.group;
-      t.row[1] = 2 * t.group + 1;
-      t.valid[0] = t.row[0] < a.N;
-      t.valid[1] = t.row[1] < a.N;
-    }
-    return t;
-  };
+  using Rows = GemvWarpRows;
+  auto rows_of = [&](int64_t b) { return gemv_warp_rows(a, b, warp); };
   const int64_t K = a.K, chunks = K / kVec;
   Rows t = rows_of(blockIdx.x);
   typename Reader::Row rows[2] = {reader.row(t.valid[0] ? t.row[0] : 0),
@@ -266,10 +249,7 @@ Result<bool> gemv_rows(const Tensor& x, const op::Weight& w, const op::LinearOpt
     return visit_reader(w, [&](auto reader_tag) -> Status {
       using Reader = typename std::decay_t<decltype(reader_tag)>::type;
       using TW = typename Reader::Weight;
-      constexpr bool kTakes = sizeof(TW) == 2 && (std::is_same_v<TX, TW> || std::is_same_v<TX, float>) &&
-                              (std::is_same_v<TO, TW> || std::is_same_v<TO, float>) &&
-                              !(std::is_same_v<TX, float> && std::is_same_v<TO, float>);
-      if constexpr (!kTakes) {
+      if constexpr (!kRowsGemvTypes<TX, TW, TO>) {
         return Status::Ok();
       } else {
         if (std::is_same_v<TX, float> && a.norm == nullptr) return Status::Ok();

@@ -323,11 +323,7 @@ Result<bool> gemv_rows_mma(const Tensor& x, const op::Weight& w, const op::Linea
     return visit_reader(w, [&](auto reader_tag) -> Status {
       using Reader = typename std::decay_t<decltype(reader_tag)>::type;
       using TW = typename Reader::Weight;
-      constexpr bool kTakes = sizeof(TW) == 2 &&
-                              (std::is_same_v<TX, TW> || std::is_same_v<TX, float>) &&
-                              (std::is_same_v<TO, TW> || std::is_same_v<TO, float>) &&
-                              !(std::is_same_v<TX, float> && std::is_same_v<TO, float>);
-      if constexpr (!kTakes) {
+      if constexpr (!kRowsGemvTypes<TX, TW, TO>) {
         return Status::Ok();
       } else {
         if (std::is_same_v<TX, float> && a.norm == nullptr) return Status::Ok();
