@@ -160,6 +160,8 @@ Result<std::vector<PromptLine>> read_prompts_file(const std::string& path,
   int64_t number = 0;
   while (std::getline(in, text)) {
     ++number;
+    // A byte order mark, as Windows editors start a UTF-8 file with, is not part of the prompt.
+    if (number == 1 && text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (is_blank(text)) continue;
     if (jsonl) {

@@ -222,6 +222,21 @@ TEST_F(InferCli, TextBatchGivesOneResultPerLine) {
   EXPECT_NE(r.err.find("[3/3]"), std::string::npos) << r.err;
 }
 
+// A prompts file as Windows editors save it: a byte order mark first, CRLF line ends.
+TEST_F(InferCli, ABatchFileWithAByteOrderMarkAndCrlfReadsAsItsText) {
+  write("bom.txt", "\xEF\xBB\xBFWhat is 2+2?\r\nTell me a story.\r\n");
+  write("bom.jsonl", "\xEF\xBB\xBF{\"prompt\": \"What is 2+2?\"}\r\n");
+  for (const std::string file : {"bom.txt", "bom.jsonl"}) {
+    SCOPED_TRACE(file);
+    const CliResult r = qwen3({"--prompts-file", path(file), "--max-tokens", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<json> records = test::parse_jsonl(r.out);
+    ASSERT_FALSE(records.empty()) << r.out;
+    EXPECT_EQ(records[0]["prompt"], "What is 2+2?");
+    EXPECT_EQ(records.back()["id"], file == "bom.txt" ? 2 : 1);
+  }
+}
+
 TEST_F(InferCli, JsonlBatchTakesPromptsMessagesAndPerLineSampling) {
   write(
       "prompts.jsonl",
