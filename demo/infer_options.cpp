@@ -115,7 +115,11 @@ Result<std::vector<std::string>> rewrite_args(int argc, char** argv,
     const bool takes_value = gflags::GetCommandLineFlagInfo(name.c_str(), &info) && info.type != "bool";
     if (name == "stop") {
       if (!has_value && i + 1 >= argc) return Status::Error("--stop needs a value");
+      const size_t before = stops->size();
       split_stops(has_value ? arg.substr(eq + 1) : std::string(argv[++i]), stops);
+      if (stops->size() == before) {
+        return Status::Error("--stop needs a non-empty string (several are separated by commas)");
+      }
       continue;
     }
     if (name == "image") {

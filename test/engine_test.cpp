@@ -525,6 +525,9 @@ TEST(Engine, RefusesRequestsItCannotServe) {
   GenerationOptions bad = greedy(1);
   bad.sampling.top_p = 2.0f;
   EXPECT_FALSE(engine->add_request({1}, {}, bad).ok());
+  GenerationOptions empty_stop = greedy(1);
+  empty_stop.stop = {"x", ""};
+  EXPECT_FALSE(engine->add_request({1}, {}, empty_stop).ok());
   ProcessedImage image;
   Result<int64_t> images = engine->add_request({1}, {image}, greedy(1));
   ASSERT_FALSE(images.ok());

@@ -269,27 +269,30 @@ TEST_F(InferCli, BadBatchLinesAreReportedAndTheOthersStillRun) {
                          R"({"prompt": "bad top_p", "top_p": 2})"
                          "\n"
                          "{\"prompt\": \"caf\xC3\"}\n"
+                         R"({"prompt": "empty stop", "stop": ["x", ""]})"
+                         "\n"
                          R"({"prompt": "last"})"
                          "\n");
   CliResult r = qwen3({"--prompts-file", path("prompts.jsonl"), "--max-tokens",
                        "4", "--output", path("out.jsonl")});
   EXPECT_EQ(r.exit_code, 1);
   for (const char *where : {"prompts.jsonl:2:", "prompts.jsonl:3:",
-                            "prompts.jsonl:4:", "prompts.jsonl:5:"}) {
+                            "prompts.jsonl:4:", "prompts.jsonl:5:", "prompts.jsonl:6:"}) {
     EXPECT_NE(r.err.find(where), std::string::npos) << where << "\n" << r.err;
   }
   EXPECT_NE(r.err.find("temprature"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("top_p"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\"stop\" cannot hold an empty string"), std::string::npos) << r.err;
   std::vector<json> records = read_jsonl(path("out.jsonl"));
-  ASSERT_EQ(records.size(), 6u);
+  ASSERT_EQ(records.size(), 7u);
   EXPECT_EQ(records[0]["prompt"], "first");
   EXPECT_TRUE(records[0].contains("output_ids"));
-  for (int i = 1; i <= 4; ++i) {
+  for (int i = 1; i <= 5; ++i) {
     EXPECT_TRUE(records[i].contains("error")) << records[i];
     EXPECT_EQ(records[i]["line"], i + 1);
   }
-  EXPECT_EQ(records[5]["prompt"], "last");
-  EXPECT_TRUE(records[5].contains("output_ids"));
+  EXPECT_EQ(records[6]["prompt"], "last");
+  EXPECT_TRUE(records[6].contains("output_ids"));
 }
 
 // Lines run concurrently (--max-batch): the records come out in the file's order, each equal
@@ -489,6 +492,8 @@ TEST_F(InferCli, FlagValuesThatMakeNoSenseAreRefused) {
                  {"--dtype: bf16 on the cpu: the CPU computes in fp32"});
   expect_refusal(infer("qwen2", {"--prompt", "x", "--no-think"}),
                  {"--no-think"});
+  expect_refusal(qwen3({"--prompt", "x", "--stop", ""}), {"--stop needs a non-empty string"});
+  expect_refusal(qwen3({"--prompt", "x", "--stop=,"}), {"--stop needs a non-empty string"});
 }
 
 TEST_F(InferCli, MissingOrWrongModelIsRefused) {

@@ -452,6 +452,12 @@ TEST_F(Server, BadRequestsAreRefusedAndTheServerGoesOn) {
       {"token id out of the vocabulary", "/v1/completions",
        json({{"prompt", {1, 2, 1 << 30}}}).dump(), "prompt"},
       {"n out of range", "/v1/completions", json({{"prompt", "hi"}, {"n", 0}}).dump(), "n"},
+      {"max_tokens past the context", "/v1/chat/completions", chat("hi", 250).dump(),
+       "max_tokens"},
+      {"max_completion_tokens past the context", "/v1/completions",
+       json({{"prompt", "hi"}, {"max_completion_tokens", 100000}}).dump(), "max_tokens"},
+      {"an empty stop string", "/v1/chat/completions", chat("hi", 4, {{"stop", {"x", ""}}}).dump(),
+       "stop"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -468,6 +474,13 @@ TEST_F(Server, BadRequestsAreRefusedAndTheServerGoesOn) {
   const Reply too_long = post(port(), "/v1/completions",
                               json({{"prompt", std::vector<int>(300, 100)}}));
   EXPECT_EQ(too_long.body["error"]["code"], "context_length_exceeded");
+  // The context's room after the prompt is a max_tokens that is taken; one more is not.
+  const json ids = std::vector<int>(200, 100);
+  EXPECT_EQ(post(port(), "/v1/completions", json({{"prompt", ids}, {"max_tokens", 56}})).status,
+            200);
+  const Reply past = post(port(), "/v1/completions", json({{"prompt", ids}, {"max_tokens", 57}}));
+  EXPECT_EQ(past.status, 400);
+  EXPECT_EQ(past.body["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(get(port(), "/v1/nothing").status, 404);
 }
 

@@ -159,6 +159,9 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt,
     return Status::Error("max_tokens must be > 0 or -1 (no limit), not " +
                          std::to_string(options.max_tokens));
   }
+  for (const std::string& stop : options.stop) {
+    if (stop.empty()) return Status::Error("a stop string is empty");
+  }
   if (options.logprobs < -1) {
     return Status::Error("logprobs must be >= 0 or -1 (none), not " +
                          std::to_string(options.logprobs));

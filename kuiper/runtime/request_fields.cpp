@@ -49,6 +49,9 @@ Status read_generation_fields(const JsonReader& j, GenerationOptions* g) {
       KUIPER_ASSIGN_OR_RETURN(std::string text, stop.to_string());
       g->stop.push_back(std::move(text));
     }
+    for (const std::string& text : g->stop) {
+      if (text.empty()) return Status::Error("\"stop\" cannot hold an empty string");
+    }
   }
   KUIPER_RETURN_IF_ERROR(validate_sampling(s));
   if (g->max_tokens == 0 || g->max_tokens < -1) {

@@ -396,6 +396,21 @@ void HttpServer::routes() {
                        "context_length_exceeded"},
                       "invalid");
       }
+      // As vLLM: a max_tokens the context cannot hold after the prompt is refused, not cut.
+      const int64_t room = engine_.max_context() - static_cast<int64_t>(ids.size());
+      if (request.max_tokens_given && request.generation.max_tokens > room) {
+        return refuse({400,
+                       "\"max_tokens\" is too large: " +
+                           std::to_string(request.generation.max_tokens) +
+                           ". This server's context holds " +
+                           std::to_string(engine_.max_context()) + " tokens and the prompt is " +
+                           std::to_string(ids.size()) + " (" +
+                           std::to_string(request.generation.max_tokens) + " > " +
+                           std::to_string(engine_.max_context()) + " - " +
+                           std::to_string(ids.size()) + ")",
+                       "invalid_request_error", "max_tokens", "context_length_exceeded"},
+                      "invalid");
+      }
 
       // One engine request per choice, seeds seed, seed + 1, ...
       job->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);

@@ -117,6 +117,7 @@ bool parse_common(const Json& j, const ParseContext& context, int64_t default_ma
   }
   const Status read = read_generation_fields(JsonReader(fields, ""), &g);
   if (!read.ok()) return fail(error, read.message(), field_of(read.message()));
+  out->max_tokens_given = fields.contains("max_tokens");
   if (!fields.contains("seed")) g.sampling.seed = std::random_device{}();
   Result<bool> ignore_eos = r.get_bool_or("ignore_eos", false);
   if (!ignore_eos.ok()) return fail(error, "\"ignore_eos\" must be a boolean", "ignore_eos");

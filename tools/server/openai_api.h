@@ -44,6 +44,7 @@ struct ApiRequest {
   std::vector<int32_t> prompt_ids;
   bool prompt_is_ids = false;
   GenerationOptions generation;
+  bool max_tokens_given = false;  // max_tokens (or max_completion_tokens) was in the request
   int64_t n = 1;  // choices; choice i samples with seed + i
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
