@@ -339,6 +339,58 @@ TEST_F(Server, CompletionTakesTextOrTokenIds) {
   EXPECT_EQ(joined, text.body["choices"][0]["text"]);
 }
 
+// A list of prompts: choice p * n + c is prompt p's c-th, the same as the prompt gives alone
+// (its choices' seeds are seed, seed + 1, ... as alone); usage counts each prompt once. echo puts
+// the prompt's text before each choice's, streamed first.
+TEST_F(Server, CompletionTakesAListOfPromptsAndEchoesThem) {
+  const std::vector<std::string> prompts = {"The capital of France is", "Once upon a time"};
+  auto completion = [](json prompt, json extra) {
+    json body = {{"model", "tiny"}, {"prompt", std::move(prompt)}, {"max_tokens", 4},
+                 {"temperature", 1.0}, {"seed", 11}, {"ignore_eos", true}};
+    body.update(extra);
+    return body;
+  };
+  const Reply both = post(port(), "/v1/completions", completion(prompts, {{"n", 2}}));
+  ASSERT_EQ(both.status, 200) << both.raw;
+  ASSERT_EQ(both.body["choices"].size(), 4u);
+  int64_t prompt_tokens = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const Reply alone = post(port(), "/v1/completions", completion(prompts[p], {{"n", 2}}));
+    ASSERT_EQ(alone.status, 200) << alone.raw;
+    prompt_tokens += alone.body["usage"]["prompt_tokens"].get<int64_t>();
+    for (size_t c = 0; c < 2; ++c) {
+      const json& choice = both.body["choices"][p * 2 + c];
+      EXPECT_EQ(choice["index"], p * 2 + c);
+      EXPECT_EQ(choice["text"], alone.body["choices"][c]["text"]) << "prompt " << p << " choice " << c;
+    }
+  }
+  EXPECT_NE(both.body["choices"][0]["text"], both.body["choices"][1]["text"]);
+  EXPECT_EQ(both.body["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(both.body["usage"]["completion_tokens"], 16);
+
+  const Reply echoed = post(port(), "/v1/completions", completion(prompts, {{"echo", true}}));
+  ASSERT_EQ(echoed.status, 200) << echoed.raw;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    EXPECT_EQ(echoed.body["choices"][p]["text"],
+              prompts[p] + both.body["choices"][p * 2]["text"].get<std::string>());
+  }
+  // Token-id prompts, streamed: each index's chunks join into its echoed text.
+  auto file = ModelFile::open(fixture_model());
+  auto tokenizer = Tokenizer::from_json((*file)->tokenizer_json());
+  json id_lists = json::array();
+  for (const std::string& p : prompts) id_lists.push_back(*tokenizer->encode(p));
+  const Stream s = post_stream(port(), "/v1/completions",
+                               completion(id_lists, {{"echo", true}, {"stream", true}}));
+  ASSERT_TRUE(s.done);
+  std::vector<std::string> joined(prompts.size());
+  for (const json& e : s.events) {
+    joined.at(e["choices"][0]["index"].get<size_t>()) += e["choices"][0]["text"].get<std::string>();
+  }
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    EXPECT_EQ(joined[p], echoed.body["choices"][p]["text"]) << "prompt " << p;
+  }
+}
+
 TEST_F(Server, SeedsReproduceAndChoicesUseSuccessiveSeeds) {
   const json body = chat("Write a poem.", 8,
                          {{"temperature", 1.0}, {"seed", 7}, {"ignore_eos", true}});
@@ -458,6 +510,14 @@ TEST_F(Server, BadRequestsAreRefusedAndTheServerGoesOn) {
        json({{"prompt", "hi"}, {"max_completion_tokens", 100000}}).dump(), "max_tokens"},
       {"an empty stop string", "/v1/chat/completions", chat("hi", 4, {{"stop", {"x", ""}}}).dump(),
        "stop"},
+      {"prompts of two forms", "/v1/completions", json({{"prompt", {json("a"), json({1})}}}).dump(),
+       "prompt"},
+      {"an empty prompt in a list", "/v1/completions", json({{"prompt", {"a", ""}}}).dump(),
+       "prompt"},
+      {"more prompts than the server takes at once", "/v1/completions",
+       json({{"prompt", std::vector<std::string>(300, "a")}}).dump(), "prompt"},
+      {"echo with logprobs", "/v1/completions",
+       json({{"prompt", "a"}, {"echo", true}, {"logprobs", 1}}).dump(), "echo"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

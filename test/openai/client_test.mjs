@@ -64,6 +64,23 @@ assert.equal(completion.object, "text_completion");
 assert.equal(typeof completion.choices[0].text, "string");
 assert.ok(completion.usage.completion_tokens <= 5);
 
+// Several prompts in one request, echoed: choice i is prompt i's, starting with its text.
+const prompts = ["The capital of France is", "Once upon a time"];
+const batch = await client.completions.create({
+  model,
+  prompt: prompts,
+  max_tokens: 3,
+  temperature: 0,
+  echo: true,
+});
+assert.equal(batch.choices.length, 2);
+for (const [i, p] of prompts.entries()) {
+  assert.equal(batch.choices[i].index, i);
+  assert.ok(batch.choices[i].text.startsWith(p), batch.choices[i].text);
+}
+// Greedy: the first prompt's 3 tokens begin its 5 above.
+assert.ok(completion.choices[0].text.startsWith(batch.choices[0].text.slice(prompts[0].length)));
+
 let refused = null;
 try {
   await client.chat.completions.create({ model: "no-such-model", messages: [{ role: "user", content: "hi" }] });
@@ -72,4 +89,4 @@ try {
 }
 assert.ok(refused instanceof OpenAI.BadRequestError, "an unknown model is a 400");
 
-console.log("openai client: chat, streamed chat, completion and a refusal all as expected");
+console.log("openai client: chat, streamed chat, completions (one and several prompts) and a refusal all as expected");

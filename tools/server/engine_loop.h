@@ -76,6 +76,8 @@ class EngineLoop {
   bool healthy() const;
   // Requests submitted and not yet finished.
   int64_t in_flight() const;
+  // The most requests in flight at once (the constructor's capacity).
+  int64_t capacity() const { return capacity_; }
 
  private:
   void run();

@@ -147,13 +147,14 @@ struct Job {
   int64_t created = 0;
   std::vector<std::shared_ptr<Channel>> channels;
   std::vector<std::string> text;  // per choice
+  std::vector<std::string> echo;  // per choice: its prompt's text (echo), sent before its own
   // Per choice: log-probabilities taken but not yet sent, and how many were sent.
   std::vector<std::vector<TokenLogprob>> logprobs;
   std::vector<size_t> logprobs_sent;
   std::vector<std::optional<FinishedRequest>> finished;
   int64_t prompt_tokens = 0;
   int fd = -1;
-  bool role_sent = false;
+  bool role_sent = false;  // chat: the role; completions: the echoed prompts
   bool cancelled = false;
 
   bool done() const {
@@ -340,10 +341,15 @@ void HttpServer::routes() {
       if (!parsed) return refuse(error, "invalid");
       ApiRequest& request = job->request;
 
-      // The prompt's tokens (and images).
-      std::vector<int32_t> ids;
-      std::vector<ProcessedImage> images;
+      // Each prompt's tokens (and images): the chat's one, or the completion's prompts.
+      struct Prompt {
+        std::vector<int32_t> ids;
+        std::vector<ProcessedImage> images;
+        std::string echo;  // the text an echoing choice starts with
+      };
+      std::vector<Prompt> prompts;
       if (chat) {
+        Prompt& p = prompts.emplace_back();
         ChatOptions options = chat_;
         for (const auto& [key, value] : request.template_kwargs.items()) options.extra[key] = value;
         for (size_t i = 0; i < request.images.size(); ++i) {
@@ -353,7 +359,7 @@ void HttpServer::routes() {
                            "invalid_image"},
                           "invalid");
           }
-          images.push_back(std::move(image->pixels));
+          p.images.push_back(std::move(image->pixels));
         }
         Result<std::vector<int32_t>> encoded =
             encode_chat(chat_template_, engine_.tokenizer(), request.messages, options);
@@ -361,77 +367,104 @@ void HttpServer::routes() {
           return refuse({400, encoded.status().message(), "invalid_request_error", "messages", ""},
                         "invalid");
         }
-        ids = std::move(encoded).value();
+        p.ids = std::move(encoded).value();
         if (vision_ != nullptr) {
           Result<std::vector<int32_t>> expanded = expand_image_pads(
-              ids, vision_->image_pad_id(), image_tokens(engine_.model().config(), images));
+              p.ids, vision_->image_pad_id(), image_tokens(engine_.model().config(), p.images));
           if (!expanded.ok()) {
             return refuse({400, expanded.status().message(), "invalid_request_error", "messages",
                            ""},
                           "invalid");
           }
-          ids = std::move(expanded).value();
+          p.ids = std::move(expanded).value();
         }
-      } else if (request.prompt_is_ids) {
-        ids = request.prompt_ids;
-      } else {
-        Result<std::vector<int32_t>> encoded = engine_.tokenizer().encode(request.prompt);
-        if (!encoded.ok()) {
-          return refuse({400, encoded.status().message(), "invalid_request_error", "prompt", ""},
+      }
+      for (const ApiRequest::Prompt& given : request.prompts) {
+        Prompt& p = prompts.emplace_back();
+        if (given.is_ids) {
+          p.ids = given.ids;
+          if (request.echo) p.echo = engine_.tokenizer().decode(p.ids);
+        } else {
+          Result<std::vector<int32_t>> encoded = engine_.tokenizer().encode(given.text);
+          if (!encoded.ok()) {
+            return refuse({400, encoded.status().message(), "invalid_request_error", "prompt", ""},
+                          "invalid");
+          }
+          p.ids = std::move(encoded).value();
+          if (request.echo) p.echo = given.text;
+        }
+      }
+      const int64_t capacity = loop_.capacity();
+      if (static_cast<int64_t>(prompts.size()) * request.n > capacity) {
+        return refuse({400,
+                       "the request asks for " + std::to_string(prompts.size() * request.n) +
+                           " completions (prompts times n); this server takes at most " +
+                           std::to_string(capacity) + " at once (--max-batch + --max-queue)",
+                       "invalid_request_error", chat ? "n" : "prompt", ""},
+                      "invalid");
+      }
+      for (size_t k = 0; k < prompts.size(); ++k) {
+        const std::vector<int32_t>& ids = prompts[k].ids;
+        const std::string param = chat ? "messages" : "prompt";
+        const std::string which =
+            prompts.size() > 1 ? "prompt[" + std::to_string(k) + "]" : "the prompt";
+        if (ids.empty()) {
+          return refuse({400, which + " has no tokens", "invalid_request_error", param, ""},
                         "invalid");
         }
-        ids = std::move(encoded).value();
-      }
-      if (ids.empty()) {
-        return refuse({400, "the prompt has no tokens", "invalid_request_error", "prompt", ""},
-                      "invalid");
-      }
-      if (static_cast<int64_t>(ids.size()) >= engine_.max_context()) {
-        return refuse({400,
-                       "the prompt is " + std::to_string(ids.size()) +
-                           " tokens; this server's context holds " +
-                           std::to_string(engine_.max_context()) +
-                           " tokens, the prompt and at least one generated token",
-                       "invalid_request_error", chat ? "messages" : "prompt",
-                       "context_length_exceeded"},
-                      "invalid");
-      }
-      // As vLLM: a max_tokens the context cannot hold after the prompt is refused, not cut.
-      const int64_t room = engine_.max_context() - static_cast<int64_t>(ids.size());
-      if (request.max_tokens_given && request.generation.max_tokens > room) {
-        return refuse({400,
-                       "\"max_tokens\" is too large: " +
-                           std::to_string(request.generation.max_tokens) +
-                           ". This server's context holds " +
-                           std::to_string(engine_.max_context()) + " tokens and the prompt is " +
-                           std::to_string(ids.size()) + " (" +
-                           std::to_string(request.generation.max_tokens) + " > " +
-                           std::to_string(engine_.max_context()) + " - " +
-                           std::to_string(ids.size()) + ")",
-                       "invalid_request_error", "max_tokens", "context_length_exceeded"},
-                      "invalid");
+        if (static_cast<int64_t>(ids.size()) >= engine_.max_context()) {
+          return refuse({400,
+                         which + " is " + std::to_string(ids.size()) +
+                             " tokens; this server's context holds " +
+                             std::to_string(engine_.max_context()) +
+                             " tokens, the prompt and at least one generated token",
+                         "invalid_request_error", param, "context_length_exceeded"},
+                        "invalid");
+        }
+        // As vLLM: a max_tokens the context cannot hold after the prompt is refused, not cut.
+        const int64_t room = engine_.max_context() - static_cast<int64_t>(ids.size());
+        if (request.max_tokens_given && request.generation.max_tokens > room) {
+          return refuse({400,
+                         "\"max_tokens\" is too large: " +
+                             std::to_string(request.generation.max_tokens) +
+                             ". This server's context holds " +
+                             std::to_string(engine_.max_context()) + " tokens and " + which +
+                             " is " + std::to_string(ids.size()) + " (" +
+                             std::to_string(request.generation.max_tokens) + " > " +
+                             std::to_string(engine_.max_context()) + " - " +
+                             std::to_string(ids.size()) + ")",
+                         "invalid_request_error", "max_tokens", "context_length_exceeded"},
+                        "invalid");
+        }
       }
 
-      // One engine request per choice, seeds seed, seed + 1, ...
+      // One engine request per prompt and choice (choice p * n + c), seeds seed, seed + 1, ...
+      // for each prompt's choices, so that a prompt's choices are those it gets alone.
       job->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
       job->created = static_cast<int64_t>(std::time(nullptr));
-      job->prompt_tokens = static_cast<int64_t>(ids.size());
-      for (int64_t i = 0; i < request.n; ++i) {
-        auto channel = std::make_shared<Channel>();
-        channel->prompt = ids;
-        channel->images = images;
-        channel->options = request.generation;
-        channel->options.sampling.seed = request.generation.sampling.seed + static_cast<uint64_t>(i);
-        channel->submitted = Clock::now();
-        channel->log_id = request.n > 1 ? job->id + "/" + std::to_string(i) : job->id;
-        if (!loop_.submit(channel)) {
-          job->finished.resize(job->channels.size());
-          job->cancel(loop_);
-          return refuse({429, "the server is busy: more requests are waiting than --max-queue",
-                         "server_busy", "", "queue_full"},
-                        "queue_full");
+      const size_t choices = prompts.size() * static_cast<size_t>(request.n);
+      for (const Prompt& p : prompts) {
+        job->prompt_tokens += static_cast<int64_t>(p.ids.size());
+        for (int64_t c = 0; c < request.n; ++c) {
+          auto channel = std::make_shared<Channel>();
+          channel->prompt = p.ids;
+          channel->images = p.images;
+          channel->options = request.generation;
+          channel->options.sampling.seed =
+              request.generation.sampling.seed + static_cast<uint64_t>(c);
+          channel->submitted = Clock::now();
+          channel->log_id =
+              choices > 1 ? job->id + "/" + std::to_string(job->channels.size()) : job->id;
+          if (!loop_.submit(channel)) {
+            job->finished.resize(job->channels.size());
+            job->cancel(loop_);
+            return refuse({429, "the server is busy: more requests are waiting than --max-queue",
+                           "server_busy", "", "queue_full"},
+                          "queue_full");
+          }
+          job->channels.push_back(std::move(channel));
+          job->echo.push_back(p.echo);
         }
-        job->channels.push_back(std::move(channel));
       }
       job->text.resize(job->channels.size());
       job->finished.resize(job->channels.size());
@@ -464,7 +497,7 @@ void HttpServer::routes() {
             choice["logprobs"] =
                 request.logprobs ? chat_logprobs(engine_.tokenizer(), g.logprobs) : Json();
           } else {
-            choice["text"] = g.text;
+            choice["text"] = job->echo[i] + g.text;
             choice["logprobs"] =
                 request.logprobs ? completion_logprobs(engine_.tokenizer(), g.logprobs) : Json();
           }
@@ -506,13 +539,19 @@ void HttpServer::routes() {
               while (!job->done()) job->poll(kPoll);  // the engine's word that they ended
               return false;
             };
-            if (chat && !job->role_sent) {
+            if (!job->role_sent) {
               job->role_sent = true;
               for (size_t i = 0; i < job->channels.size(); ++i) {
-                const Json choice = {{"index", i},
-                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                     {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}};
+                if (!chat && job->echo[i].empty()) continue;
+                const Json choice =
+                    chat ? Json{{"index", i},
+                                {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                {"logprobs", nullptr},
+                                {"finish_reason", nullptr}}
+                         : Json{{"index", i},
+                                {"text", job->echo[i]},
+                                {"logprobs", nullptr},
+                                {"finish_reason", nullptr}};
                 if (!event(choice, nullptr)) return gone();
               }
             }

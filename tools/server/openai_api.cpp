@@ -299,28 +299,47 @@ bool parse_completion_request(const std::string& body, const ParseContext& conte
   // The API's default for completions is 16 tokens.
   if (!parse_common(j, context, 16, out, error)) return false;
   if (!j.contains("prompt")) return fail(error, "\"prompt\" is required", "prompt");
-  Json prompt = j["prompt"];
-  // One prompt: a string or a list of token ids (a list of one of those is the same).
-  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) {
-    prompt = Json(prompt[0]);
-  }
-  if (prompt.is_string()) {
-    out->prompt = prompt.get<std::string>();
-    if (out->prompt.empty()) return fail(error, "\"prompt\" is empty", "prompt");
-  } else if (prompt.is_array() && !prompt.empty()) {
-    for (const Json& id : prompt) {
+  // One prompt (a string or a list of token ids) or several (a list of strings or of lists of
+  // token ids), as the API takes them.
+  const Json& prompt = j["prompt"];
+  const std::string forms =
+      "\"prompt\" must be a string, a list of token ids, or a list of strings or of lists of "
+      "token ids, none empty";
+  auto read_ids = [&](const Json& list, const std::string& where, ApiRequest::Prompt* p) {
+    for (const Json& id : list) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= context.vocab) {
-        return fail(error, "\"prompt\": token ids must be integers in [0, " +
-                               std::to_string(context.vocab) + "); one prompt per request",
+        return fail(error, "\"" + where + "\": token ids must be integers in [0, " +
+                               std::to_string(context.vocab) + ")",
                     "prompt");
       }
-      out->prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      p->ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
-    out->prompt_is_ids = true;
+    p->is_ids = true;
+    return true;
+  };
+  if (prompt.is_string()) {
+    out->prompts.push_back({prompt.get<std::string>(), {}, false});
+  } else if (prompt.is_array() && !prompt.empty() && !prompt[0].is_string() &&
+             !prompt[0].is_array()) {
+    out->prompts.emplace_back();
+    if (!read_ids(prompt, "prompt", &out->prompts.back())) return false;
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const std::string where = "prompt[" + std::to_string(i) + "]";
+      out->prompts.emplace_back();
+      if (prompt[i].is_string() && prompt[0].is_string()) {
+        out->prompts.back().text = prompt[i].get<std::string>();
+      } else if (prompt[i].is_array() && prompt[0].is_array() && !prompt[i].empty()) {
+        if (!read_ids(prompt[i], where, &out->prompts.back())) return false;
+      } else {
+        return fail(error, forms + " (" + where + " is not like prompt[0])", "prompt");
+      }
+    }
   } else {
-    return fail(error, "\"prompt\" must be a non-empty string or list of token ids (one prompt "
-                       "per request)",
-                "prompt");
+    return fail(error, forms, "prompt");
+  }
+  for (const ApiRequest::Prompt& p : out->prompts) {
+    if (!p.is_ids && p.text.empty()) return fail(error, forms + " (a prompt is empty)", "prompt");
   }
   const JsonReader r(j, "");
   if (j.contains("logprobs") && !j["logprobs"].is_null()) {
@@ -330,7 +349,13 @@ bool parse_completion_request(const std::string& body, const ParseContext& conte
     out->generation.logprobs = static_cast<int32_t>(*logprobs);
   }
   Result<bool> echo = r.get_bool_or("echo", false);
-  if (!echo.ok() || *echo) return fail(error, "\"echo\" is not supported by this server", "echo");
+  if (!echo.ok()) return fail(error, "\"echo\" must be a boolean", "echo");
+  out->echo = *echo;
+  if (out->echo && out->logprobs) {
+    return fail(error, "\"echo\" with \"logprobs\" is not supported: this server computes no "
+                       "log-probabilities of prompt tokens",
+                "echo");
+  }
   Result<int64_t> best_of = r.get_int_or("best_of", 1, 1, 1);
   if (!best_of.ok()) return fail(error, "\"best_of\" other than 1 is not supported", "best_of");
   if (j.contains("suffix") && !is_empty_value(j["suffix"])) {

@@ -39,13 +39,18 @@ struct ApiRequest {
   nlohmann::ordered_json messages;
   std::vector<std::string> images;
   nlohmann::json template_kwargs = nlohmann::json::object();  // chat_template_kwargs
-  // Completions: the prompt as text, or as token ids.
-  std::string prompt;
-  std::vector<int32_t> prompt_ids;
-  bool prompt_is_ids = false;
+  // Completions: the prompts (one or a list; choice p * n + c is prompt p's c-th), each as text
+  // or as token ids; echo: each choice's text starts with its prompt's.
+  struct Prompt {
+    std::string text;
+    std::vector<int32_t> ids;
+    bool is_ids = false;
+  };
+  std::vector<Prompt> prompts;
+  bool echo = false;
   GenerationOptions generation;
   bool max_tokens_given = false;  // max_tokens (or max_completion_tokens) was in the request
-  int64_t n = 1;  // choices; choice i samples with seed + i
+  int64_t n = 1;  // choices of each prompt; choice c samples with seed + c
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
