@@ -205,11 +205,9 @@ Status run(int argc, char** argv, Architecture family, const char* program, int*
 }  // namespace
 
 int infer_main(int argc, char** argv, Architecture family) {
-  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
-  google::InitGoogleLogging(argv[0]);
   const char* slash = std::strrchr(argv[0], '/');
   const std::string program = slash != nullptr ? slash + 1 : argv[0];
-  gflags::SetUsageMessage(
+  const std::string usage =
       "chat with a " + std::string(architecture_name(family)) + " model:\n  " + program +
       " --model M.bin --prompt \"...\"        answer one prompt\n  " + program +
       " --model M.bin -i                    chat (line editing, /help)\n  " + program +
@@ -219,11 +217,8 @@ int infer_main(int argc, char** argv, Architecture family) {
              "an image (repeat --image for several; -i: /image PATH)\n"
            : std::string()) +
       "Flags may be written with dashes or underscores (--top-p, --top_p); --no-NAME turns a "
-      "flag off (--no-cuda-graph).");
-  if (asks_for_help(argc, argv)) {
-    std::fputs(program_help().c_str(), stdout);
-    return 0;
-  }
+      "flag off (--no-cuda-graph).";
+  if (start_program(argc, argv, usage)) return 0;
   int exit_code = 1;
   const Status status = run(argc, argv, family, program.c_str(), &exit_code);
   if (!status.ok()) {

@@ -1,7 +1,7 @@
 // kuiper-convert: a Hugging Face checkpoint directory -> one Kuiper model file.
 //
 //   kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16]
-//                  [--quantize fp8|int8|int4 [--group N] [--fp8_block 128|channel]]
+//                  [--quantize fp8|int8|int4 [--group N] [--fp8-block 128|channel]]
 //
 // Quantized checkpoints (FP8, AWQ, GPTQ) are read as published and keep their quantization;
 // --quantize makes one from a 16-bit checkpoint (the decoder's projections, round to nearest).
@@ -43,8 +43,8 @@ namespace {
 
 constexpr const char* kUsage =
     "kuiper-convert --hf DIR --out model.bin [--dtype fp32|fp16|bf16] "
-    "[--quantize fp8|int8|int4 [--group N] [--fp8_block 128|channel]] "
-    "[--quantize_lm_head fp8|int8|int4]";
+    "[--quantize fp8|int8|int4 [--group N] [--fp8-block 128|channel]] "
+    "[--quantize-lm-head fp8|int8|int4]";
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "kuiper-convert: %s\n", message.c_str());
@@ -91,13 +91,7 @@ class ProgressPrinter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
-  google::InitGoogleLogging(argv[0]);
-  gflags::SetUsageMessage(kUsage);
-  if (kuiper::asks_for_help(argc, argv)) {
-    std::fputs(kuiper::program_help().c_str(), stdout);
-    return 0;
-  }
+  if (kuiper::start_program(argc, argv, kUsage)) return 0;
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (argc > 1) return fail(std::string("unexpected argument '") + argv[1] + "'\nusage: " + kUsage);
   if (FLAGS_hf.empty() || FLAGS_out.empty()) {

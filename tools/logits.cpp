@@ -183,14 +183,11 @@ Status run(const std::vector<std::string>& image_paths) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
-  google::InitGoogleLogging(argv[0]);
-  gflags::SetUsageMessage(
-      "kuiper-logits --model M.bin --tokens 1,2,3 --out logits.f32 [--device cpu|cuda] "
-      "[--attention mha|flash1|flash2] [--dtype auto|bf16|fp16|fp32] [--decode] "
-      "[--no-cuda-graph] [--image a.png ...]");
-  if (kuiper::asks_for_help(argc, argv)) {
-    std::fputs(kuiper::program_help().c_str(), stdout);
+  if (kuiper::start_program(
+          argc, argv,
+          "kuiper-logits --model M.bin --tokens 1,2,3 --out logits.f32 [--device cpu|cuda] "
+          "[--attention mha|flash1|flash2] [--dtype auto|bf16|fp16|fp32] [--decode] "
+          "[--no-cuda-graph] [--image a.png ...]")) {
     return 0;
   }
   std::vector<std::string> images;

@@ -7,7 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include <cstdio>
+
 #include <gflags/gflags.h>
+#include <glog/logging.h>
 
 #include "kuiper/model/activation_dtype.h"
 
@@ -36,6 +39,15 @@ std::string gflags_spelling(const std::string& arg) {
   }
   if (name.rfind("no", 0) == 0 && is_flag(name.substr(2), true)) return "--" + name + value;
   return arg;
+}
+
+bool start_program(int argc, char** argv, const std::string& usage) {
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  gflags::SetUsageMessage(usage);
+  if (!asks_for_help(argc, argv)) return false;
+  std::fputs(program_help().c_str(), stdout);
+  return true;
 }
 
 bool asks_for_help(int argc, char** argv) {

@@ -16,6 +16,11 @@ namespace kuiper {
 // that is from main().
 std::string gflags_spelling(const std::string& arg);
 
+// The start every program shares: the library's logs (VLOG, shown with --v=1) to stderr, not
+// files; `usage` as gflags' usage message; and help: true when the arguments ask for it
+// (asks_for_help), which has then been printed (program_help()) and the program exits 0.
+bool start_program(int argc, char** argv, const std::string& usage);
+
 // Whether the arguments ask for help: --help, -help, -h or --helpshort (a flag's value, as in
 // --prompt --help, does not; nor anything after "--"). gflags' own --help lists glog's and its own
 // flags before the program's and exits 1; a program asks this first, prints program_help() and

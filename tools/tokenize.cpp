@@ -152,13 +152,7 @@ int bench(const Tokenizer& tokenizer) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
-  google::InitGoogleLogging(argv[0]);
-  gflags::SetUsageMessage(kUsage);
-  if (kuiper::asks_for_help(argc, argv)) {
-    std::fputs(kuiper::program_help().c_str(), stdout);
-    return 0;
-  }
+  if (kuiper::start_program(argc, argv, kUsage)) return 0;
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   if (FLAGS_tokenizer.empty() == FLAGS_model.empty() || argc > 1) {
     std::cerr << "kuiper-tokenize: give exactly one of --tokenizer or --model (see --help)\n";

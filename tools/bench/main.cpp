@@ -316,8 +316,10 @@ Status run(const std::string& command) {
 }  // namespace kuiper::bench
 
 int main(int argc, char** argv) {
-  FLAGS_logtostderr = true;  // the library's logs (VLOG, shown with --v=1) go to stderr, not files
-  google::InitGoogleLogging(argv[0]);
+  if (kuiper::start_program(argc, argv,
+                            "kuiper-bench --config CONFIG.json | --model M.bin [flags]")) {
+    return 0;
+  }
   // Accept --cuda-graph and --no-cuda-graph as well as gflags' --cuda_graph and --nocuda_graph.
   std::vector<std::string> args(argv, argv + argc);
   std::string command;
@@ -329,11 +331,6 @@ int main(int argc, char** argv) {
   }
   int n = static_cast<int>(ptrs.size());
   char** p = ptrs.data();
-  gflags::SetUsageMessage("kuiper-bench --config CONFIG.json | --model M.bin [flags]");
-  if (kuiper::asks_for_help(argc, argv)) {
-    std::fputs(kuiper::program_help().c_str(), stdout);
-    return 0;
-  }
   gflags::ParseCommandLineFlags(&n, &p, true);
   const kuiper::Status status = kuiper::bench::run(command);
   if (!status.ok()) {

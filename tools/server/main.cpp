@@ -176,14 +176,11 @@ Status serve(sigset_t signals) {
 }  // namespace kuiper::server
 
 int main(int argc, char** argv) {
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  gflags::SetUsageMessage(
-      "an OpenAI-compatible server:\n  kuiper-server --model M.bin [--host 127.0.0.1] "
-      "[--port 8080] [--api-key KEY] [--max-queue N] [--max-batch N] [--max-context N]\n"
-      "Flags may be written with dashes or underscores (--api-key, --api_key).");
-  if (kuiper::asks_for_help(argc, argv)) {
-    std::fputs(kuiper::program_help().c_str(), stdout);
+  if (kuiper::start_program(
+          argc, argv,
+          "an OpenAI-compatible server:\n  kuiper-server --model M.bin [--host 127.0.0.1] "
+          "[--port 8080] [--api-key KEY] [--max-queue N] [--max-batch N] [--max-context N]\n"
+          "Flags may be written with dashes or underscores (--api-key, --api_key).")) {
     return 0;
   }
   std::vector<std::string> args;
