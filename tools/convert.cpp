@@ -30,10 +30,10 @@ DEFINE_string(out, "", "model file to write");
 DEFINE_string(dtype, "", "convert every weight to fp32, fp16 or bf16 (default: keep as stored)");
 DEFINE_string(quantize, "",
               "quantize the decoder's projections: fp8, int8 or int4 (embeddings, norms, a "
-              "vision tower and, unless --quantize_lm_head, lm_head stay 16-bit)");
+              "vision tower and, unless --quantize-lm-head, lm_head stay 16-bit)");
 DEFINE_string(quantize_lm_head, "",
               "quantize an untied lm_head too: fp8, int8 or int4, with --quantize's --group or "
-              "--fp8_block (as llama.cpp and calm do; the published releases keep it 16-bit)");
+              "--fp8-block (as llama.cpp and calm do; the published releases keep it 16-bit)");
 DEFINE_int32(group, 128, "--quantize int8/int4: columns per scale and zero point");
 DEFINE_string(fp8_block, "128",
               "--quantize fp8: the side of the square scale block, or 'channel' for one scale a "
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       try {
         block = std::stoll(FLAGS_fp8_block);
       } catch (const std::exception&) {
-        return fail("--fp8_block '" + FLAGS_fp8_block + "' is not a number or 'channel'");
+        return fail("--fp8-block '" + FLAGS_fp8_block + "' is not a number or 'channel'");
       }
     }
   }

@@ -14,7 +14,7 @@ DEFINE_string(quantize, "",
 DEFINE_int32(group, 128, "--quantize int8/int4: columns per scale group");
 DEFINE_string(quantize_lm_head, "",
               "quantize the random (--config) model's untied lm_head too: fp8, int8 or int4 "
-              "(kuiper-convert --quantize_lm_head); empty: it stays in the activation dtype");
+              "(kuiper-convert --quantize-lm-head); empty: it stays in the activation dtype");
 DEFINE_bool(fp8_activations, false,
             "FP8 weights multiply activations rounded to FP8 (W8A8: a scale per row and 128 "
             "columns, as transformers, vLLM and SGLang run FP8 checkpoints); off: the product "
@@ -62,7 +62,7 @@ DEFINE_bool(matmul_only, false,
             "GB/s of weights) and the prefill GEMM (T = --prompt, TFLOP/s)");
 DEFINE_bool(sample_only, false,
             "time op::sample_rows alone: --decode-batch rows (default 1,8,64,256) of --config's "
-            "vocabulary at --temperature, --top_k, --top_p and --min_p");
+            "vocabulary at --temperature, --top-k, --top-p and --min-p");
 DEFINE_int32(heads, 32, "attention-only: query heads");
 DEFINE_int32(kv_heads, 8, "attention-only: key/value heads");
 DEFINE_int32(head_dim, 128, "attention-only: head dimension");
