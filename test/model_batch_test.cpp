@@ -592,5 +592,57 @@ TEST(CudaModelBatch, PagedScheduleMatchesEachAloneOnEveryKind) {
   }
 }
 
+// Many sequences in fp16 on the GPU, past the multi-row tensor-core GEMV's 8 rows (cuBLAS, and
+// op::linear's compositions): prompts of different lengths prefilled each in its own pass, then
+// decode steps of all of them together, eagerly and through the decode graphs. Each sequence's logits match its lone run's within fp16's rounding (a batch's
+// products add in another order than one row's, and its prefill passes of 5 to 24 tokens take
+// the same kernels as decode steps of that many sequences).
+TEST(CudaModelBatch, HalfPrecisionDecodeOfManySequencesMatchesEachAlone) {
+  SKIP_WITHOUT_CUDA();
+  const Golden g = Golden::load("qwen3-tiny");
+  const std::vector<int32_t>& long_ids = g.at("long.ids").i32;
+  for (const int n : {12, 16, 20}) {
+    for (const bool graph : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + " sequences" + (graph ? ", graph" : ", eager"));
+      auto options = [&](int64_t sequences, int64_t block_size) {
+        ModelOptions o = batch_options(sequences, block_size);
+        o.device = DeviceType::kCuda;
+        o.activation = DataType::kFp16;
+        o.cuda_graph = graph;
+        return o;
+      };
+      auto load16 = [&](const ModelOptions& o) -> std::unique_ptr<Model> {
+        Result<std::unique_ptr<Model>> model =
+            Model::load(converted_fixture("qwen3-tiny", DataType::kFp16), o);
+        EXPECT_OK(model);
+        return model.ok() ? std::move(model).value() : nullptr;
+      };
+      std::unique_ptr<Model> batched = load16(options(n, 8));
+      ASSERT_NE(batched, nullptr);
+      const std::vector<std::vector<int32_t>> tables = scrambled_tables(n);
+      // Sequence i: 5 + i tokens from its own place in the long prompt, then 3 decode steps.
+      static std::vector<std::vector<int32_t>> ids;
+      ids.clear();
+      for (int i = 0; i < n; ++i) {
+        ids.emplace_back(long_ids.begin() + 3 * i, long_ids.begin() + 3 * i + 5 + i);
+      }
+      for (int step = 0; step < 3; ++step) {
+        for (int i = 0; i < n; ++i) ids.push_back({long_ids[200 + 7 * i + step]});
+      }
+      std::vector<std::vector<Entry>> steps;
+      for (int i = 0; i < n; ++i) steps.push_back({{i, span_in(ids[i], 0, -1)}});
+      for (int step = 0; step < 3; ++step) {
+        std::vector<Entry> decode;
+        for (int i = 0; i < n; ++i) {
+          decode.push_back({i, span_in(ids[n * (step + 1) + i], 5 + i + step, -1)});
+        }
+        steps.push_back(decode);
+      }
+      expect_batches_match_lone_runs(*batched, paged(steps, tables), n,
+                                     [&] { return load16(options(1, 128)); }, 2e-2);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kuiper::test
