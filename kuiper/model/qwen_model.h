@@ -186,7 +186,8 @@ class QwenModel : public Model {
   // them (1, 2, 4, 8, 16, 32, then multiples of 32), or 0 when no graph serves them.
   int64_t graph_bucket(int64_t sequences) const;
   // Stages `sequences` pad sequences after the pass's own (graph buckets), each one token in
-  // the pad block.
+  // the pad block attending over as many keys as the pass's longest sequence, all of them in the
+  // pad block (its cost is a real sequence's, not a straggler's).
   void stage_padding(Pass* pass, int64_t sequences);
 
   Tensor embed_, final_norm_;
@@ -196,7 +197,7 @@ class QwenModel : public Model {
   std::unique_ptr<op::AttentionOp> prefill_attention_, decode_attention_;
   Workspace decode_ws_, batch_ws_;
   int64_t table_width_ = 0;  // block-table entries for the whole context
-  int32_t pad_block_ = 0;    // the pool's last block, written only by graph padding
+  int32_t pad_block_ = 0;    // the pool's last block (zeros at load), used only by graph padding
   Tensor logits_;        // the rows an eager batch returns
   Tensor graph_logits_;  // the rows of the decode graphs of more than one sequence
   // Decode graphs (ModelOptions::cuda_graph) by bucket; empty until a bucket's first step.
