@@ -1154,6 +1154,61 @@ TEST(CudaAttentionGraph, PagedDecodeReplaysWithNewStartsAndTables) {
   }
 }
 
+// A decode graph padded past its step's sequences (PagedBatch::live, as the model's graph buckets
+// are): captured once, replayed with fewer and fewer live sequences. The flash2 16-bit decode
+// leaves the pads' rows of out as they were (NaN here) and gives every live sequence its
+// reference output, in each of its partitions: the balanced split (random lengths, default grid
+// and 130 blocks), whole-unit runs (even lengths, 100 blocks of 2 units: kept at 99 live, when
+// the last block holds only pads, refused at 97) and pairs of blocks a unit (28 blocks over the
+// mixed batch: clusters on sm_90, whose pads' pairs hold no keys).
+TEST(CudaAttentionGraph, Flash2DecodeSkipsThePadsPastLive) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  struct PadCase {
+    Batch batch;
+    int grid;
+    std::vector<int32_t> lives;
+  };
+  const PadCase cases[] = {{Batch::kMany, 0, {100, 99, 61, 1}},
+                           {Batch::kMany, 130, {100, 77, 2}},
+                           {Batch::kEven, 100, {100, 99, 97, 50}},
+                           {Batch::kMixed, 2 * 7 * kKvHeads, {7, 6, 3, 1}}};
+  for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
+    for (const PadCase& c : cases) {
+      const PagedCase pc{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype, true, 128, 16,
+                         c.batch, c.grid};
+      const PagedProblem& p = paged_problem_for(pc);
+      const int B = static_cast<int>(p.seqs.size());
+      AttentionRequest request{AttentionKind::kFlash2, AttentionPhase::kDecode, dtype,
+                               DeviceType::kCuda, true, 128};
+      request.decode_grid = c.grid;
+      auto op = make_attention(request);
+      ASSERT_OK(op);
+      AttentionArgs args = paged_device_args(p, dtype);
+      args.paged.live = *int_tensor_on_device({B}, {1});
+      ASSERT_OK((*op)->forward(args));  // the op's buffers, outside the capture
+      ASSERT_TRUE(sync().ok());
+      Result<DeviceGraph> graph = DeviceGraph::capture([&] { return (*op)->forward(args); });
+      ASSERT_OK(graph);
+      for (int32_t live : c.lives) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + batch_name(c.batch) + " grid " +
+                     std::to_string(c.grid) + ", " + std::to_string(live) + " of " +
+                     std::to_string(B) + " live");
+        ASSERT_OK(args.paged.live.copy_from(*int_tensor_on_device({live}, {1})));
+        ASSERT_OK(args.out.copy_from(*nan_tensor(p.q.shape(), dtype)));
+        ASSERT_TRUE(sync().ok());
+        ASSERT_OK(graph->replay());
+        ASSERT_TRUE(sync().ok());
+        const Tensor got = *to_host_f32(args.out);
+        expect_close(got.rows(0, live), p.ref.rows(0, live), dtype);
+        const Tensor pads = got.rows(live, B - live);
+        int64_t written = 0;
+        for (int64_t i = 0; i < pads.numel(); ++i) written += !std::isnan(pads.data<float>()[i]);
+        EXPECT_EQ(written, 0) << "elements of the pads' rows written";
+      }
+    }
+  }
+}
+
 // The paged form's host checks: metadata shapes, one query a sequence in decode, a block size
 // that divides the pool, launch bounds that fit the tables.
 TEST(CudaAttentionDispatch, RefusesMalformedPagedCalls) {
@@ -1191,6 +1246,9 @@ TEST(CudaAttentionDispatch, RefusesMalformedPagedCalls) {
   a.paged.block_tables = *Tensor::empty({static_cast<int64_t>(p.seqs.size()) * p.width},
                                         DataType::kInt32, DeviceType::kCuda);
   refused(**prefill, a, "int32");
+  a = good;
+  a.paged.live = *Tensor::empty({2}, DataType::kInt32, DeviceType::kCuda);
+  refused(**prefill, a, "live");
 }
 
 TEST(CudaAttentionDispatch, RefusesUnsupportedCombinationsByName) {

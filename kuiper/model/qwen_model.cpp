@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <iterator>
 #include <numeric>
 #include <utility>
@@ -242,16 +241,9 @@ Status QwenModel::build_weights(Fetch&& fetch) {
   KUIPER_ASSIGN_OR_RETURN(kv_blocks_, pool_blocks());
   pad_block_ = static_cast<int32_t>(kv_blocks_);
   const int64_t pool_rows = (kv_blocks_ + 1) * kv_block_size();
-  // The pad block starts as zeros: the pads read all of it (stage_padding).
-  KUIPER_ASSIGN_OR_RETURN(Tensor zeros, Tensor::empty({kv_block_size(), c.kv_dim()}, act));
-  std::memset(zeros.raw(), 0, zeros.nbytes());
   for (Layer& L : layers_) {
     KUIPER_ASSIGN_OR_RETURN(L.k_cache, Tensor::empty({pool_rows, c.kv_dim()}, act, dev));
     KUIPER_ASSIGN_OR_RETURN(L.v_cache, Tensor::empty({pool_rows, c.kv_dim()}, act, dev));
-    for (Tensor* cache : {&L.k_cache, &L.v_cache}) {
-      Tensor pad = cache->rows(pad_block_ * kv_block_size(), kv_block_size());
-      KUIPER_RETURN_IF_ERROR(pad.copy_from(zeros));
-    }
   }
   return Status::Ok();
 }
@@ -402,7 +394,7 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   // step of one sequence: about a kilobyte); the block tables come last, so a pass copies only
   // the rows it uses.
   const int64_t rope_axes = c.is_mrope() ? 3 : 1;
-  const int64_t sizes[] = {cap, cap, rope_axes * cap, cap + 1, cap, cap, cap, cap,
+  const int64_t sizes[] = {cap, cap, rope_axes * cap, cap + 1, cap, 1, cap, cap, cap,
                            cap * table_width_};
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
@@ -410,7 +402,7 @@ Result<QwenModel::Workspace> QwenModel::make_workspace(int64_t cap) const {
   Workspace::Offsets& o = w.offsets;
   const std::pair<Tensor*, int64_t*> parts[] = {
       {&w.ids, &o.ids},         {&w.positions, &o.positions},     {&w.rope_positions, &o.rope},
-      {&w.query_begin, &o.query_begin}, {&w.starts, &o.starts},
+      {&w.query_begin, &o.query_begin}, {&w.starts, &o.starts},       {&w.live, &o.live},
       {&w.logit_index, &o.logit_index}, {&w.fed_from, &o.fed_from},
       {&w.fed_to, &o.fed_to},           {&w.block_tables, &o.block_tables}};
   int64_t at = 0;
@@ -555,6 +547,7 @@ Status QwenModel::run_layer(Layer& L, const Workspace& ws, const Pass& pass) {
   const int64_t S = pass.sequences, W = pass.table_width;
   batch.query_begin = ws.query_begin.rows(0, S + 1);
   batch.starts = ws.starts.rows(0, S);
+  batch.live = ws.live;
   KUIPER_ASSIGN_OR_RETURN(batch.block_tables, ws.block_tables.rows(0, S * W).reshape({S, W}));
   batch.block_size = kv_block_size();
   batch.max_queries = pass.max_queries;
@@ -763,16 +756,16 @@ void QwenModel::stage(const SequenceInput& s, const ImageRows* image, int64_t t,
 void QwenModel::stage_padding(Pass* pass, int64_t sequences) {
   const int64_t axes = config_.is_mrope() ? 3 : 1;
   Staging& st = staging_;
-  // A pad attends over as many keys as the pass's longest sequence, every one in the pad block
-  // (its table is all pad block; zeros but for what pads write). With one key each, the pads'
-  // units (8 a pad for Qwen3-8B) fell to one block of the flash2 decode's balanced split, which
-  // then ran them one after another: 155 us against 39 for 16 real sequences of 512 keys (H200,
-  // Nsight Compute, 12 sequences in the graph of 16), and full-batch decode at 12 sequences ran
-  // at 1170 tok/s against 1940 eagerly.
-  const int32_t start = st.starts.empty() ? 0 : *std::max_element(st.starts.begin(), st.starts.end());
+  // The flash2 fp16/bf16 decode skips the pads (PagedBatch::live); the other attention kinds
+  // attend for each over its one key, written by the pad itself, in a split of its own. (The
+  // flash2 decode's balanced split, which spreads every sequence's keys over its blocks, once
+  // took the pads too: their units, one key each, fell to one block that ran them one after
+  // another, and full-batch decode at 12 sequences in the graph of 16 ran at 1170 tok/s against
+  // 1940 eagerly; H200, Qwen3-8B fp16.)
+  pass->pads = sequences;
   for (int64_t i = 0; i < sequences; ++i) {
     st.query_begin.push_back(static_cast<int32_t>(pass->T));
-    st.starts.push_back(start);
+    st.starts.push_back(0);
     st.blocks.push_back(Span<const int32_t>(&pad_block_, 1));
     st.ids.push_back(0);
     st.rows.push_back(static_cast<int32_t>(pad_block_ * kv_block_size()));
@@ -797,6 +790,7 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
   put(at.positions, st.rows, T);
   put(at.query_begin, st.query_begin, S + 1);
   put(at.starts, st.starts, S);
+  st.host[static_cast<size_t>(at.live)] = static_cast<int32_t>(S - pass.pads);
   if (pass.gather) put(at.logit_index, st.logit_index, pass.logit_rows);
   const auto fed = static_cast<int64_t>(st.fed_from.size());
   put(at.fed_from, st.fed_from, fed);
@@ -808,8 +802,8 @@ Status QwenModel::upload(const Workspace& ws, const Pass& pass) {
           st.rope[static_cast<size_t>(t * axes + a)];
     }
   }
-  // [S, W] block tables; entries past a sequence's blocks name the pad block (read only by the
-  // pads, whose tables it fills).
+  // [S, W] block tables; entries past a sequence's blocks name the pad block (never read but
+  // by the pads, whose tables it fills).
   std::fill(st.host.begin() + at.block_tables, st.host.end(), pad_block_);
   for (int64_t i = 0; i < S; ++i) {
     const Span<const int32_t>& b = st.blocks[static_cast<size_t>(i)];

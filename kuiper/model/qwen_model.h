@@ -76,7 +76,7 @@ class QwenModel : public Model {
     int64_t capacity = 0;
     // The int32 inputs below are views of `inputs`, at these offsets.
     struct Offsets {
-      int64_t ids, positions, rope, query_begin, starts, logit_index, fed_from, fed_to,
+      int64_t ids, positions, rope, query_begin, starts, live, logit_index, fed_from, fed_to,
           block_tables;
     };
     Tensor inputs;
@@ -89,8 +89,9 @@ class QwenModel : public Model {
     // Qwen3-VL: 3 axes, rows t, h, w; else 1).
     Tensor rope_positions;
     // The pass's sequences (op::PagedBatch): query_begin [capacity + 1], starts [capacity],
-    // block tables [capacity * table_width] (a pass's [S, W] is its first S * W entries).
-    Tensor query_begin, starts, block_tables;
+    // live [1] (the sequences before a graph's pads), block tables [capacity * table_width] (a
+    // pass's [S, W] is its first S * W entries).
+    Tensor query_begin, starts, live, block_tables;
     // The rows whose logits a pass wants, when not simply its last ones: their indices and the
     // gathered residual rows.
     Tensor logit_index, picked;
@@ -123,6 +124,7 @@ class QwenModel : public Model {
   struct Pass {
     int64_t T = 0;
     int64_t sequences = 0;
+    int64_t pads = 0;         // the last `pads` sequences pad a graph's bucket (stage_padding)
     int64_t table_width = 0;  // block-table entries per sequence
     int64_t max_queries = 0, max_keys = 0;
     // Every sequence has one row (decode attention; the graphs serve these).
@@ -185,9 +187,8 @@ class QwenModel : public Model {
   // The decode graph bucket for `sequences` sequences: the smallest captured size that holds
   // them (1, 2, 4, 8, 16, 32, then multiples of 32), or 0 when no graph serves them.
   int64_t graph_bucket(int64_t sequences) const;
-  // Stages `sequences` pad sequences after the pass's own (graph buckets), each one token in
-  // the pad block attending over as many keys as the pass's longest sequence, all of them in the
-  // pad block (its cost is a real sequence's, not a straggler's).
+  // Stages `sequences` pad sequences after the pass's own (graph buckets), each one token at
+  // position 0 of the pad block; the attention is told where they begin (PagedBatch::live).
   void stage_padding(Pass* pass, int64_t sequences);
 
   Tensor embed_, final_norm_;
@@ -197,7 +198,7 @@ class QwenModel : public Model {
   std::unique_ptr<op::AttentionOp> prefill_attention_, decode_attention_;
   Workspace decode_ws_, batch_ws_;
   int64_t table_width_ = 0;  // block-table entries for the whole context
-  int32_t pad_block_ = 0;    // the pool's last block (zeros at load), used only by graph padding
+  int32_t pad_block_ = 0;    // the pool's last block, written and read only by graph padding
   Tensor logits_;        // the rows an eager batch returns
   Tensor graph_logits_;  // the rows of the decode graphs of more than one sequence
   // Decode graphs (ModelOptions::cuda_graph) by bucket; empty until a bucket's first step.

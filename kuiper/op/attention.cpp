@@ -47,6 +47,10 @@ Status check_paged_batch(const AttentionArgs& a) {
                          ", block_tables " + b.block_tables.describe() +
                          " must be int32 [B + 1], [B], [B, W] on q's device");
   }
+  if (b.live.defined() && (!int32_on_q(b.live) || b.live.numel() != 1)) {
+    return Status::Error("attention: paged batch live " + b.live.describe() +
+                         " must be int32 [1] on q's device");
+  }
   if (b.block_size < 1 || a.k_cache.dim(0) % b.block_size != 0) {
     return Status::Error("attention: paged block_size " + std::to_string(b.block_size) +
                          " does not divide the pool of " + std::to_string(a.k_cache.dim(0)) +
@@ -63,6 +67,11 @@ Status check_paged_batch(const AttentionArgs& a) {
   const int32_t* starts = b.starts.data<int32_t>();
   const int32_t* table = b.block_tables.data<int32_t>();
   const int64_t blocks = a.k_cache.dim(0) / b.block_size;
+  if (b.live.defined() && (b.live.data<int32_t>()[0] < 1 || b.live.data<int32_t>()[0] > B)) {
+    return Status::Error("attention: paged batch live " +
+                         std::to_string(b.live.data<int32_t>()[0]) + " outside [1, " +
+                         std::to_string(B) + "]");
+  }
   if (begin[0] != 0 || begin[B] != a.q.dim(0)) {
     return Status::Error("attention: paged queries must span q's " + std::to_string(a.q.dim(0)) +
                          " rows");

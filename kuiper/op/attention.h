@@ -32,6 +32,11 @@ struct PagedBatch {
   // size the grid for W * block_size keys instead, so one capture serves every step.
   int64_t max_queries = 0;
   int64_t max_keys = 0;
+  // Optional int32 [1] on q's device, read there like starts: sequences [live[0], B) are padding
+  // (a captured decode graph serves B sequences and this step has fewer). An implementation may
+  // skip them and then leaves their rows of out as they were; the flash2 fp16/bf16 decode does,
+  // every other one attends for them as for any sequence. Clamped to [1, B] on the device.
+  Tensor live;
   bool defined() const { return query_begin.defined(); }
   int64_t sequences() const { return query_begin.defined() ? query_begin.numel() - 1 : 0; }
 };

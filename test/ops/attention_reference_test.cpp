@@ -3,7 +3,10 @@
 // The GPU attention family has its own tests (test/cuda_attention_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "kuiper/op/attention.h"
 #include "kuiper/op/ops.h"
@@ -85,6 +88,46 @@ TEST(AttentionReference, RejectsPositionsPastTheCache) {
   args.start = 3;
   auto attention = op::make_attention(op::AttentionRequest{});
   ASSERT_TRUE(attention.ok());
+  EXPECT_FALSE((*attention)->forward(args).ok());
+}
+
+// A paged batch's live count (the sequences before a decode graph's pads) must name one of its
+// sequences; the CPU attends for the pads too (PagedBatch::live lets an implementation skip them).
+TEST(AttentionReference, PagedLiveCountNamesASequence) {
+  const int64_t H = 2, KVH = 1, d = 8, block = 4;
+  auto ints = [](std::vector<int32_t> values) {
+    Tensor t = *Tensor::empty({static_cast<int64_t>(values.size())}, DataType::kInt32);
+    std::copy(values.begin(), values.end(), t.data<int32_t>());
+    return t;
+  };
+  op::AttentionArgs args;
+  args.q = random_tensor({2, H, d}, 12);
+  args.k_cache = random_tensor({3 * block, KVH, d}, 13);
+  args.v_cache = random_tensor({3 * block, KVH, d}, 14);
+  args.paged.query_begin = ints({0, 1, 2});
+  args.paged.starts = ints({5, 0});
+  args.paged.block_tables = *ints({1, 2, 0, 0}).reshape({2, 2});
+  args.paged.block_size = block;
+  args.paged.max_queries = 1;
+  args.paged.max_keys = 6;
+  op::AttentionRequest req;
+  req.phase = op::AttentionPhase::kDecode;
+  req.head_dim = d;
+  auto attention = op::make_attention(req);
+  ASSERT_TRUE(attention.ok()) << attention.status().message();
+  for (int32_t live : {1, 2}) {
+    args.paged.live = ints({live});
+    args.out = poisoned({2, H, d}, DataType::kFp32);
+    ASSERT_OK((*attention)->forward(args));
+    for (int64_t i = 0; i < args.out.numel(); ++i) EXPECT_TRUE(std::isfinite(args.out.data<float>()[i]));
+  }
+  for (int32_t live : {0, 3}) {
+    args.paged.live = ints({live});
+    const Status st = (*attention)->forward(args);
+    EXPECT_FALSE(st.ok()) << live;
+    EXPECT_NE(st.message().find("live"), std::string::npos) << st.message();
+  }
+  args.paged.live = ints({1, 1});
   EXPECT_FALSE((*attention)->forward(args).ok());
 }
 

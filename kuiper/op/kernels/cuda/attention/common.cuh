@@ -61,6 +61,8 @@ struct Geometry {
   const int* block_tables;
   int table_width;
   int block_size;
+  // Paged, optional: sequences from *live on are padding (PagedBatch::live), null: none.
+  const int* live;
 };
 
 // Position of query 0 of the contiguous form. A device position outside the cache is clamped
@@ -438,7 +440,7 @@ inline Geometry make_geometry(const AttentionArgs& a, const AttentionRequest& r)
     g.batch = 1;
     g.max_queries = g.T;
     g.key_capacity = r.device_position ? g.max_ctx : g.start + g.T;
-    g.query_begin = g.starts = g.block_tables = nullptr;
+    g.query_begin = g.starts = g.block_tables = g.live = nullptr;
     g.table_width = 0;
     g.block_size = 1;
     return g;
@@ -456,6 +458,7 @@ inline Geometry make_geometry(const AttentionArgs& a, const AttentionRequest& r)
   g.query_begin = decode ? nullptr : p.query_begin.data<int>();
   g.starts = p.starts.data<int>();
   g.block_tables = p.block_tables.data<int>();
+  g.live = p.live.defined() ? p.live.data<int>() : nullptr;
   return g;
 }
 

@@ -345,6 +345,10 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
                      int* __restrict__ arrivals, T* __restrict__ out, Geometry g,
                      int head_groups, int cluster, int unit_run, const DecodeInput in) {
   using Tr = DecodeTcTraits<D>;
+  // Sequences from g.live on are a graph's padding: the work, the partition and the blocks that
+  // hold keys are the live sequences' alone, and the pads' rows of out are not written. Written
+  // by host copies before the step, like starts (PagedBatch::live).
+  if (g.live != nullptr) g.batch = min(max(__ldcg(g.live), 1), g.batch);
   extern __shared__ uint4 shared16[];
   T* ring = reinterpret_cast<T*>(shared16);
   float* merge = reinterpret_cast<float*>(ring + Tr::kStages * Tr::kStageElems);
@@ -420,7 +424,8 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     len0 = contiguous_len;
     work = static_cast<int64_t>(seq_units) * keys_before(g.batch);
     if (cluster > 1) {  // unit b / cluster, split evenly over its cluster (decode_cluster_blocks)
-      blocks = gridDim.x;
+      // A pad's clusters hold no keys: both of their blocks leave before the cluster's syncs.
+      blocks = min(static_cast<int>(gridDim.x), seq_units * g.batch * cluster);
       const int unit = b / cluster, part = b % cluster;
       const int64_t unit0 = unit_begin(unit), len = unit_begin(unit + 1) - unit0;
       block_begin = unit0 + len * part / cluster;
@@ -434,7 +439,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
       for (int w = 0; w < Tr::kWarps; ++w) longest = max(longest, warp_longest[w]);
     }
     if (decode_keeps_unit_run(work, longest, unit_run, gridDim.x)) {
-      blocks = gridDim.x;
+      blocks = min(static_cast<int>(gridDim.x), (seq_units * g.batch + unit_run - 1) / unit_run);
       block_begin = unit_begin(b * unit_run);
       end = unit_begin((b + 1) * unit_run);
       return;
