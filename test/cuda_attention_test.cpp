@@ -1159,8 +1159,9 @@ TEST(CudaAttentionGraph, PagedDecodeReplaysWithNewStartsAndTables) {
 // leaves the pads' rows of out as they were (NaN here) and gives every live sequence its
 // reference output, in each of its partitions: the balanced split (random lengths, default grid
 // and 130 blocks), whole-unit runs (even lengths, 100 blocks of 2 units: kept at 99 live, when
-// the last block holds only pads, refused at 97) and pairs of blocks a unit (28 blocks over the
-// mixed batch: clusters on sm_90, whose pads' pairs hold no keys).
+// the last block holds only pads, refused at 97), a block a live unit where they fit the grid
+// (even lengths, 50 live on 100 blocks; random lengths where they allow it) and pairs of blocks a
+// unit (28 blocks over the mixed batch: clusters on sm_90, whose pads' pairs hold no keys).
 TEST(CudaAttentionGraph, Flash2DecodeSkipsThePadsPastLive) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   struct PadCase {
