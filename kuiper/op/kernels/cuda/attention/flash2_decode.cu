@@ -6,7 +6,11 @@
 // than blocks and lengths near enough (decode_keeps_unit_run), as runs of whole units; a block writes
 // the units it holds whole straight to out, and a partial for a unit it shares with the next or
 // previous block.
-// K/V stream through a cp.async ring, both products run on tensor cores, and the last block
+// K/V stream through a cp.async ring, both products run on tensor cores (for GQA groups of up to
+// 8 heads with the keys as the mma's rows and the heads as its 8 columns, S^T = K Q^T and O^T +=
+// V^T P^T: half the mma and half the accumulator of the heads as its 16 rows, which larger groups
+// keep; measured on the H200, Qwen3-8B fp16 full-batch decode +1.5% / +1.2% / +2.8% at 8 / 64 /
+// 256 sequences, docs/PERFORMANCE.md), and the last block
 // touching a unit to finish combines its partials (no second launch); where the blocks are two a
 // unit (decode_cluster_blocks, sm_90), each pair is a thread block cluster and its first block
 // merges both partials through distributed shared memory instead. The kernel is launched with
@@ -338,7 +342,9 @@ __device__ __forceinline__ int device_context(const Geometry& g) {
 // units * (len_0 + ... + len_{i-1}), unit u of it u * len_i further on. decode_partition.h spreads
 // that range evenly over the grid. Shared memory holds the prefix sums of the lengths (paged);
 // the contiguous form has one sequence of a length known without them.
-template <typename T, int D>
+// kKeyRows: the keys are the mma rows and the heads its 8 columns (mma_kq / mma_vp, for GQA
+// groups of up to 8 heads); otherwise the heads are its 16 rows (mma_qk / mma_pv).
+template <typename T, int D, bool kKeyRows>
 __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     flash2_decode_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      float* __restrict__ o_part, float2* __restrict__ ml_part,
@@ -599,17 +605,23 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
 
   // Q as A fragments straight from global memory: row r of the tile is head h0 + r of the group
   // (zeros past the group); registers [0], [2] hold row lane / 4, [1], [3] row lane / 4 + 8.
-  uint32_t qf[D / 16][4];
+  // With kKeyRows, as B fragments: [0] and [1] of head lane / 4 (mma_kq).
+  uint32_t qf[D / 16][kKeyRows ? 2 : 4];
   auto load_q = [&](const Segment& s) {
     const T* qa = q + (static_cast<size_t>(s.q0) * g.heads + s.kvh * g.group + s.h0 + qr) * D + qc;
     const T* qb = qa + 8 * D;
     const bool row_a = qr < s.ng, row_b = qr + 8 < s.ng;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      qf[kk][0] = row_a ? load_pair(qa + kk * 16) : 0u;
-      qf[kk][1] = row_b ? load_pair(qb + kk * 16) : 0u;
-      qf[kk][2] = row_a ? load_pair(qa + kk * 16 + 8) : 0u;
-      qf[kk][3] = row_b ? load_pair(qb + kk * 16 + 8) : 0u;
+      if constexpr (kKeyRows) {
+        qf[kk][0] = row_a ? load_pair(qa + kk * 16) : 0u;
+        qf[kk][1] = row_a ? load_pair(qa + kk * 16 + 8) : 0u;
+      } else {
+        qf[kk][0] = row_a ? load_pair(qa + kk * 16) : 0u;
+        qf[kk][1] = row_b ? load_pair(qb + kk * 16) : 0u;
+        qf[kk][2] = row_a ? load_pair(qa + kk * 16 + 8) : 0u;
+        qf[kk][3] = row_b ? load_pair(qb + kk * 16 + 8) : 0u;
+      }
     }
   };
 
@@ -679,10 +691,15 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     const bool row_a = qr < s.ng, row_b = qr + 8 < s.ng;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      qf[kk][0] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16) : 0u;
-      qf[kk][1] = row_b ? *reinterpret_cast<const uint32_t*>(qb + kk * 16) : 0u;
-      qf[kk][2] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16 + 8) : 0u;
-      qf[kk][3] = row_b ? *reinterpret_cast<const uint32_t*>(qb + kk * 16 + 8) : 0u;
+      if constexpr (kKeyRows) {
+        qf[kk][0] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16) : 0u;
+        qf[kk][1] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16 + 8) : 0u;
+      } else {
+        qf[kk][0] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16) : 0u;
+        qf[kk][1] = row_b ? *reinterpret_cast<const uint32_t*>(qb + kk * 16) : 0u;
+        qf[kk][2] = row_a ? *reinterpret_cast<const uint32_t*>(qa + kk * 16 + 8) : 0u;
+        qf[kk][3] = row_b ? *reinterpret_cast<const uint32_t*>(qb + kk * 16 + 8) : 0u;
+      }
     }
   };
 
@@ -696,8 +713,9 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
   int consumed = 0;  // tiles of the stream computed so far
   for (;;) {
     if (fused) load_prepared_q(seg);  // prepared before the last barrier
-    float o[D / 8][4] = {};
-    MmaRowsSoftmax softmax;
+    // kKeyRows: o[m] holds dimensions m * 16 + lane / 4 and + 8 of heads qc and qc + 1.
+    float o[kKeyRows ? D / 16 : D / 8][4] = {};
+    std::conditional_t<kKeyRows, MmaColumnsSoftmax, MmaRowsSoftmax> softmax;
     for (int it = 0; it < seg.n_tiles; ++it, ++consumed) {
       cp_async_wait<Tr::kStages - 2>();  // tile `consumed` has landed (this thread's copies)
       __syncthreads();                   // ... everyone's, and tile consumed - 1 is no longer read
@@ -717,18 +735,30 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
       const int key0 = seg.kbeg + it * Tr::kKeys + warp * 16;
       if (key0 < seg.kend) {  // warp-uniform; key0 itself is valid, so the maxima are finite
         const T* kt = ring + (consumed % Tr::kStages) * Tr::kStageElems;
-        float s[2][4] = {};
-        mma_qk<D, 16>(s, qf, kt, warp * 16);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
+        if constexpr (kKeyRows) {
+          float s[4] = {};
+          mma_kq<D>(s, qf, kt, warp * 16);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int key = key0 + j * 8 + qc + (e & 1);
-            s[j][e] = key < seg.kend ? s[j][e] * g.scale_log2 : -INFINITY;
+            const int key = key0 + qr + (e & 2) * 4;
+            s[e] = key < seg.kend ? s[e] * g.scale_log2 : -INFINITY;
           }
+          softmax.update(s, o);
+          mma_vp<D>(o, s, kt + Tr::kKeys * D, warp * 16);
+        } else {
+          float s[2][4] = {};
+          mma_qk<D, 16>(s, qf, kt, warp * 16);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = key0 + j * 8 + qc + (e & 1);
+              s[j][e] = key < seg.kend ? s[j][e] * g.scale_log2 : -INFINITY;
+            }
+          }
+          softmax.update(s, o);
+          mma_pv<D, 16>(o, s, kt + Tr::kKeys * D, warp * 16);
         }
-        softmax.update(s, o);
-        mma_pv<D, 16>(o, s, kt + Tr::kKeys * D, warp * 16);
       }
     }
     // No barrier: the merge area is apart from the ring, and the loop's barriers order the last
@@ -743,20 +773,37 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
     float* mo = merge;                    // [warp][row][D]
     float* mm = mo + Tr::kWarps * rows * D;  // [warp][row] maxima
     float* ml = mm + Tr::kWarps * rows;      // [warp][row] sums
-    softmax.reduce_rows();
     float* wo = mo + warp * rows * D;
-    const bool keep_a = qr < cur.ng, keep_b = qr + 8 < cur.ng;  // rows past the group are zeros
-    if (lane % 4 == 0) {
-      if (keep_a) mm[warp * rows + qr] = softmax.row[0].m;
-      if (keep_b) mm[warp * rows + qr + 8] = softmax.row[1].m;
-      if (keep_a) ml[warp * rows + qr] = softmax.row[0].l;
-      if (keep_b) ml[warp * rows + qr + 8] = softmax.row[1].l;
-    }
+    if constexpr (kKeyRows) {
+      softmax.reduce_columns();
+      const bool keep_a = qc < cur.ng, keep_b = qc + 1 < cur.ng;  // heads past the group
+      if (lane < 4) {
+        if (keep_a) mm[warp * rows + qc] = softmax.col[0].m;
+        if (keep_b) mm[warp * rows + qc + 1] = softmax.col[1].m;
+        if (keep_a) ml[warp * rows + qc] = softmax.col[0].l;
+        if (keep_b) ml[warp * rows + qc + 1] = softmax.col[1].l;
+      }
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      if (keep_a) *reinterpret_cast<float2*>(wo + qr * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
-      if (keep_b) {
-        *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
+      for (int m = 0; m < D / 16; ++m) {
+        const int d = m * 16 + qr;
+        if (keep_a) wo[qc * D + d] = o[m][0], wo[qc * D + d + 8] = o[m][2];
+        if (keep_b) wo[(qc + 1) * D + d] = o[m][1], wo[(qc + 1) * D + d + 8] = o[m][3];
+      }
+    } else {
+      softmax.reduce_rows();
+      const bool keep_a = qr < cur.ng, keep_b = qr + 8 < cur.ng;  // rows past the group are zeros
+      if (lane % 4 == 0) {
+        if (keep_a) mm[warp * rows + qr] = softmax.row[0].m;
+        if (keep_b) mm[warp * rows + qr + 8] = softmax.row[1].m;
+        if (keep_a) ml[warp * rows + qr] = softmax.row[0].l;
+        if (keep_b) ml[warp * rows + qr + 8] = softmax.row[1].l;
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        if (keep_a) *reinterpret_cast<float2*>(wo + qr * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
+        if (keep_b) {
+          *reinterpret_cast<float2*>(wo + (qr + 8) * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
+        }
       }
     }
     if (more) {  // its latency overlaps the merge
@@ -979,7 +1026,7 @@ constexpr int kMaxDecodeBatch = 4096;
 // --kv-len 576`, 32 q / 8 kv heads, d 128, us, one an SM -> two): B = 64 70.1 -> 63.5, B = 256
 // 250.1 -> 238.8, 28 q / 4 kv heads bf16 B = 64 42.1 -> 30.3; but B = 8 11.0 -> 12.3 (four
 // blocks a unit instead of two) and one sequence of 4096 keys 9.2 -> 13.4.
-template <typename T, int D>
+template <typename T, int D, bool kKeyRows>
 Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const AttentionRequest& r,
                         AttentionBuffers& buffers) {
   using Tr = DecodeTcTraits<D>;
@@ -994,7 +1041,7 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   const int64_t keys = static_cast<int64_t>(g.batch) * g.key_capacity;
   // The attribute is raised once, for the largest batch; each launch asks for what it uses.
   constexpr size_t kPrefixMost = sizeof(int64_t) * (kMaxDecodeBatch + 1);
-  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<T, D>>(
+  KUIPER_RETURN_IF_ERROR((allow_shared_memory<flash2_decode_tc<T, D, kKeyRows>>(
       Tr::kMostSharedBytes + kPrefixMost + decode_prepared_bytes(D))));
   const bool fused = a.input.defined();
   const size_t prefix_bytes = (paged ? sizeof(int64_t) * (g.batch + 1) : 0) +
@@ -1010,7 +1057,7 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   int grid = r.decode_grid;
   if (grid <= 0) {
     KUIPER_ASSIGN_OR_RETURN(const int64_t resident,
-                            (resident_blocks<flash2_decode_tc<T, D>>(Tr::kThreads, packed)));
+                            (resident_blocks<flash2_decode_tc<T, D, kKeyRows>>(Tr::kThreads, packed)));
     grid = decode_default_grid(units, sms, resident);
   }
   const size_t shared = decode_block_alone(grid, sms) ? alone : packed;
@@ -1052,7 +1099,7 @@ Status launch_decode_tc(const AttentionArgs& a, const Geometry& g, const Attenti
   KUIPER_ASSIGN_OR_RETURN(float* ml, buffers.stats.floats(slots * 2));
   KUIPER_ASSIGN_OR_RETURN(int* arrivals, arrival_counters(buffers, units));
   // PDL: what the kernel may read before its wait is in the kernel.
-  return cuda::launch_in_clusters(flash2_decode_tc<T, D>, dim3(grid), dim3(Tr::kThreads), shared,
+  return cuda::launch_in_clusters(flash2_decode_tc<T, D, kKeyRows>, dim3(grid), dim3(Tr::kThreads), shared,
                                   r.pdl, cluster, "flash2_decode_tc", a.q.data<T>(),
                                   a.k_cache.data<T>(), a.v_cache.data<T>(), o_part,
                                   reinterpret_cast<float2*>(ml), arrivals, a.out.data<T>(), g,
@@ -1076,7 +1123,12 @@ Status launch_flash2_decode(const AttentionArgs& a, const Geometry& g, const Att
   return by_element_type(
       r,
       [&](auto tt, auto dt) {
-        return launch_decode_tc<typename decltype(tt)::type, decltype(dt)::value>(a, g, r, buffers);
+        // GQA groups of up to 8 heads take the keys-as-rows product (mma_kq), larger ones the
+        // heads as the mma's 16 rows.
+        using T = typename decltype(tt)::type;
+        constexpr int D = decltype(dt)::value;
+        if (g.group <= 8) return launch_decode_tc<T, D, true>(a, g, r, buffers);
+        return launch_decode_tc<T, D, false>(a, g, r, buffers);
       },
       [&](auto dt) { return launch_decode_split<float, decltype(dt)::value>(a, g, r, buffers); });
 }

@@ -1,6 +1,7 @@
 // Tensor-core building blocks of the 16-bit (fp16, bf16) attention kernels (flash1, flash2
 // prefill and decode): swizzled shared tiles filled by cp.async, ldmatrix fragments and mma.sync
-// m16n8k16 (16-bit in, fp32 accumulate) for S = Q K^T and O += P V. Every helper is a template
+// m16n8k16 (16-bit in, fp32 accumulate) for S = Q K^T and O += P V (and, for the decode's small
+// GQA groups, their transposes S^T = K Q^T and O^T += V^T P^T). Every helper is a template
 // on the element type T; what differs between the types is only in TensorCore<T>.
 #pragma once
 
@@ -216,6 +217,52 @@ __device__ __forceinline__ void mma_pv(float (&o)[D / 8][4], const float (&p)[kK
                      swizzled<D>(vt, key_row0 + kk * 16 + lane % 8 + ((lane / 8) % 2) * 8,
                                  np * 2 + lane / 16));
     }
+  }
+}
+
+// The decode's products with the keys as the mma rows (flash2_decode.cu, for GQA groups of up to
+// 8 heads, which fill only 8 of the 16 rows the query-rows form gives them): S^T[16 keys][8
+// heads] = K Q^T, then O^T[D][8 heads] += V^T P^T. Half the mma a tile of the query-rows form,
+// and half its accumulator. qb holds the heads' q as B fragments: qb[kk][0] the dimensions
+// kk * 16 + (lane % 4) * 2 and + 1 of head lane / 4, qb[kk][1] the same + 8. st: key lane / 4 in
+// [0] and [1], key lane / 4 + 8 in [2] and [3], heads (lane % 4) * 2 and + 1.
+template <int D, typename T>
+__device__ __forceinline__ void mma_kq(float (&st)[4], const uint32_t (&qb)[D / 16][2],
+                                       const T* kt, int key_row0) {
+  const int lane = threadIdx.x % 32;
+  const int row = key_row0 + lane % 8 + ((lane / 8) % 2) * 8, chunk = lane / 16;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(a, swizzled<D>(kt, row, kk * 2 + chunk));
+    TensorCore<T>::mma(st, a, qb[kk][0], qb[kk][1]);
+  }
+}
+
+// An 8x8 matrix of 16-bit elements in the mma fragment layout (row lane / 4, columns (lane % 4)
+// * 2 and + 1 in the low and high halves), transposed across the warp.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// o[m] += V^T P^T for one warp: o[m][0] and [1] are dimension m * 16 + lane / 4 of heads
+// (lane % 4) * 2 and + 1, [2] and [3] the dimension + 8. p is mma_kq's accumulator, already
+// exponentiated: each 8-key half, transposed, is the B fragment of this product.
+template <int D, typename T>
+__device__ __forceinline__ void mma_vp(float (&o)[D / 16][4], const float (&p)[4], const T* vt,
+                                       int key_row0) {
+  using Tc = TensorCore<T>;
+  const int lane = threadIdx.x % 32;
+  const uint32_t b0 = movmatrix_trans(Tc::pack(p[0], p[1]));
+  const uint32_t b1 = movmatrix_trans(Tc::pack(p[2], p[3]));
+  const int row = key_row0 + lane % 8 + (lane / 16) * 8, chunk = (lane / 8) % 2;
+#pragma unroll
+  for (int m = 0; m < D / 16; ++m) {
+    uint32_t a[4];
+    ldmatrix_x4<true>(a, swizzled<D>(vt, row, m * 2 + chunk));
+    Tc::mma(o[m], a, b0, b1);
   }
 }
 

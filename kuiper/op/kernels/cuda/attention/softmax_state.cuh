@@ -130,4 +130,52 @@ struct MmaRowsSoftmax {
   }
 };
 
+// The online softmax of an mma m16n8 accumulator whose columns are what is normalised (the
+// decode's keys-as-rows product, mma_kq): a thread holds columns (heads) (lane % 4) * 2 and + 1
+// of rows (keys) lane / 4 and lane / 4 + 8, in [0], [1] and [2], [3]. A column spans the 8 lanes
+// of one lane % 4: maxima are reduced across them at once, each lane's l stays a partial sum
+// until reduce_columns().
+struct MmaColumnsSoftmax {
+  SoftmaxState col[2];
+
+  static __device__ __forceinline__ float column_max(float x) {
+#pragma unroll
+    for (int off = 4; off < 32; off *= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+    return x;
+  }
+  static __device__ __forceinline__ float column_sum(float x) {
+#pragma unroll
+    for (int off = 4; off < 32; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+  }
+
+  // Turns a tile of scores s (log2 domain, masked keys -inf; each column must have a finite
+  // score here or in an earlier tile) into P = 2^(s - m) in place, and rescales the output o.
+  template <int kO>
+  __device__ __forceinline__ void update(float (&s)[4], float (&o)[kO][4]) {
+    const float alpha0 = col[0].raise_max(column_max(fmaxf(s[0], s[2])));
+    const float alpha1 = col[1].raise_max(column_max(fmaxf(s[1], s[3])));
+    s[0] = exp2_ftz(s[0] - col[0].m);
+    s[2] = exp2_ftz(s[2] - col[0].m);
+    s[1] = exp2_ftz(s[1] - col[1].m);
+    s[3] = exp2_ftz(s[3] - col[1].m);
+    col[0].accumulate(alpha0, s[0] + s[2]);
+    col[1].accumulate(alpha1, s[1] + s[3]);
+    if (!__any_sync(__activemask(), alpha0 != 1.0f || alpha1 != 1.0f)) return;
+#pragma unroll
+    for (int n = 0; n < kO; ++n) {
+      o[n][0] *= alpha0;
+      o[n][1] *= alpha1;
+      o[n][2] *= alpha0;
+      o[n][3] *= alpha1;
+    }
+  }
+
+  // Completes each column's l across its 8 lanes (every one of them gets it).
+  __device__ __forceinline__ void reduce_columns() {
+    col[0].l = column_sum(col[0].l);
+    col[1].l = column_sum(col[1].l);
+  }
+};
+
 }  // namespace kuiper::op::cuda_attention
