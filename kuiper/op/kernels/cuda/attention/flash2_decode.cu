@@ -740,7 +740,7 @@ __global__ void __launch_bounds__(DecodeTcTraits<D>::kThreads)
           mma_kq<D>(s, qf, kt, warp * 16);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int key = key0 + qr + (e & 2) * 4;
+            const int key = key0 + qr + (e < 2 ? 0 : 8);  // mma row lane / 4, or + 8
             s[e] = key < seg.kend ? s[e] * g.scale_log2 : -INFINITY;
           }
           softmax.update(s, o);
