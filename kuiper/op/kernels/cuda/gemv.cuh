@@ -153,7 +153,33 @@ __device__ __forceinline__ float gemv_inv_rms(const GemvArgs& a, const float* su
   float total = 0.0f;
 #pragma unroll
   for (int i = 0; i < kGemvWarps; ++i) total += sumsq[i];
-  return 1.0f / sqrtf(total / static_cast<float>(a.K) + a.eps);
+  return rms_inverse(total, a.K, a.eps);
+}
+
+// Stores one row of x's outputs for a pair of w's rows (row[0] and row[1]; for SwiGLU the gate
+// row and its up row, whose product goes to out[row[0]]) from their finished sums v0 and v1 (1 /
+// rms applied), in every GEMV's epilogue. Every intermediate is rounded to TO where the unfused
+// ops would store it (not at all for an fp32 out: a product past fp16's range reaches an fp32
+// residual intact).
+template <typename TO>
+__device__ __forceinline__ void gemv_store_pair(const GemvArgs& a, TO* out, const int64_t (&row)[2],
+                                                const bool (&valid)[2], float v0, float v1) {
+  auto finish = [&](float v, int r) {
+    if (a.bias != nullptr) v += load_as_float(a.bias, a.bias_dtype, row[r]);
+    return to_float(from_float<TO>(v));
+  };
+  if (a.swiglu) {
+    if (valid[0]) out[row[0]] = from_float<TO>(silu_times(finish(v0, 0), finish(v1, 1)));
+    return;
+  }
+  const float v[2] = {v0, v1};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!valid[r]) continue;
+    float value = finish(v[r], r);
+    if (a.residual) value = to_float(out[row[r]]) + value;
+    out[row[r]] = from_float<TO>(value);
+  }
 }
 
 // A persistent grid over `tiles` tiles (a block's worth of rows: two a warp, or gate and up rows
@@ -196,34 +222,10 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
   __shared__ float sumsq[kGemvWarps];
   stage_x<TX, kVec>(a, a.w_vectorized, xs, sumsq);
 
-  // Lane 0's stores of a finished tile. Every intermediate is rounded to TO where the unfused
-  // ops would store it (not at all for an fp32 out: a product past fp16's range reaches an fp32
-  // residual intact).
-  auto store = [&](const Rows& done, float (&acc)[2]) {
-    if (a.norm != nullptr) {
-      const float inv = gemv_inv_rms(a, sumsq);
-      acc[0] *= inv;
-      acc[1] *= inv;
-    }
-    TO* out = static_cast<TO*>(a.out);
-    auto finish = [&](int r) {
-      float v = acc[r];
-      if (a.bias != nullptr) v += load_as_float(a.bias, a.bias_dtype, done.row[r]);
-      return to_float(from_float<TO>(v));
-    };
-    if (a.swiglu) {
-      if (!done.valid[0]) return;
-      const float g = finish(0), u = finish(1);
-      out[done.group] = from_float<TO>(g / (1.0f + expf(-g)) * u);
-      return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!done.valid[r]) continue;
-      float v = finish(r);
-      if (a.residual) v = to_float(out[done.row[r]]) + v;
-      out[done.row[r]] = from_float<TO>(v);
-    }
+  // Lane 0's stores of a finished tile.
+  auto store = [&](const Rows& done, const float (&acc)[2]) {
+    const float inv = a.norm != nullptr ? gemv_inv_rms(a, sumsq) : 1.0f;
+    gemv_store_pair(a, static_cast<TO*>(a.out), done.row, done.valid, acc[0] * inv, acc[1] * inv);
   };
 
   for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {

@@ -305,7 +305,7 @@ __device__ void stage_x_pairs(const GemvArgs& a, uint32_t* xs, float* xsum, floa
         float total_sq = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) total_sq += sumsq[w][n];
-        inv = 1.0f / sqrtf(total_sq / static_cast<float>(K) + a.eps);
+        inv = rms_inverse(total_sq, K, a.eps);
         inv_row = n;
       }
       float weight[8];
@@ -464,34 +464,16 @@ __device__ __forceinline__ void mma_gemv_sum(const float (*sums)[32][4], int wor
   }
 }
 
-// Stores one tile's outputs from the lane's C fragment v (mma_gemv_sum). Every intermediate is
-// rounded to TO where the unfused ops would store it, as in the one-row GEMV.
+// Stores one tile's outputs from the lane's C fragment v (mma_gemv_sum): rows 2 (lane % 4) and
+// 2 (lane % 4) + 1 of x, each for the tile's pair of w's rows.
 template <typename TO>
 __device__ void mma_gemv_store(const GemvArgs& a, const MmaTileRows& t, const float (&v)[4],
                                int lane) {
-  const int c = lane % 4;
-  auto finish = [&](float value, int r) {
-    if (a.bias != nullptr) value += load_as_float(a.bias, a.bias_dtype, t.row[r]);
-    return to_float(from_float<TO>(value));
-  };
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int n = 2 * c + h;
+    const int n = 2 * (lane % 4) + h;
     if (n >= a.T) continue;
-    TO* out = static_cast<TO*>(a.out) + n * a.N;
-    if (a.swiglu) {
-      if (!t.valid[0]) continue;
-      const float gate = finish(v[h], 0), up = finish(v[2 + h], 1);
-      out[t.row[0]] = from_float<TO>(gate / (1.0f + expf(-gate)) * up);
-      continue;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!t.valid[r]) continue;
-      float value = finish(v[2 * r + h], r);
-      if (a.residual) value = to_float(out[t.row[r]]) + value;
-      out[t.row[r]] = from_float<TO>(value);
-    }
+    gemv_store_pair(a, static_cast<TO*>(a.out) + n * a.N, t.row, t.valid, v[h], v[2 + h]);
   }
 }
 

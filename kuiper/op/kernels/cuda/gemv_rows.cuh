@@ -154,36 +154,11 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   grid_launch_dependents();
   stage_x_rows<TX, kVec, kRows>(a, xs, sumsq);
 
-  // Lane n's stores of row n of x's outputs, rounded to TO where the unfused ops store them.
+  // Lane n's stores of row n of x's outputs.
   auto store = [&](const Rows& done, int n, float v0, float v1) {
-    float v[2] = {v0, v1};
-    if (a.norm != nullptr) {
-      float total = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kGemvWarps; ++w) total += sumsq[n][w];
-      const float inv = 1.0f / sqrtf(total / static_cast<float>(a.K) + a.eps);
-      v[0] *= inv;
-      v[1] *= inv;
-    }
-    TO* out = static_cast<TO*>(a.out) + n * a.N;
-    auto finish = [&](int r) {
-      float value = v[r];
-      if (a.bias != nullptr) value += load_as_float(a.bias, a.bias_dtype, done.row[r]);
-      return to_float(from_float<TO>(value));
-    };
-    if (a.swiglu) {
-      if (!done.valid[0]) return;
-      const float g = finish(0), u = finish(1);
-      out[done.group] = from_float<TO>(g / (1.0f + expf(-g)) * u);
-      return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (!done.valid[r]) continue;
-      float value = finish(r);
-      if (a.residual) value = to_float(out[done.row[r]]) + value;
-      out[done.row[r]] = from_float<TO>(value);
-    }
+    const float inv = a.norm != nullptr ? gemv_inv_rms(a, sumsq[n]) : 1.0f;
+    gemv_store_pair(a, static_cast<TO*>(a.out) + n * a.N, done.row, done.valid, v0 * inv,
+                    v1 * inv);
   };
 
   for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {

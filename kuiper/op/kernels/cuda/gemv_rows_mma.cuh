@@ -134,7 +134,7 @@ __device__ void stage_rows_x(const GemvArgs& a, uint32_t* xs, int k0, int Ks) {
       }
     }
     local = warp_sum(local);
-    if (lane == 0) inv_rms[warp] = 1.0f / sqrtf(local / static_cast<float>(K) + a.eps);
+    if (lane == 0) inv_rms[warp] = rms_inverse(local, K, a.eps);
   }
   __syncthreads();
   for (int i0 = threadIdx.x; i0 < total; i0 += kInFlight * kMmaGemvThreads) {

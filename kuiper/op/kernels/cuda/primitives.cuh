@@ -48,6 +48,16 @@ __device__ float block_reduce(float v, float* shared) {
   return kMax ? warp_max(v) : warp_sum(v);
 }
 
+// ---- the model's scalar formulas, one expression each (the CPU reference's forms) ----
+
+// RMSNorm's 1 / sqrt(mean(x^2) + eps) from the sum of n squares.
+__device__ __forceinline__ float rms_inverse(float sum_sq, int64_t n, float eps) {
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(n) + eps);
+}
+
+// SwiGLU's silu(g) * u, silu(g) = g / (1 + e^-g).
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // ---- host: dispatch tags and per-device facts ----
 
 // Carries a CUDA element type through a generic lambda: fn(TypeTag<T>{}).

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
 #pragma unroll
           for (int j = 0; j < kPairs; ++j) sum += e1[n][j] * e1[n][j];
           sum = warp_sum(sum);
-          inv = 1.0f / sqrtf(sum / static_cast<float>(d) + a.eps);
+          inv = rms_inverse(sum, d, a.eps);
         }
 #pragma unroll
         for (int j = 0; j < kPairs; ++j) {
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
           sum += e * e;
         }
         sum = warp_sum(sum);
-        inv = 1.0f / sqrtf(sum / static_cast<float>(d) + a.eps);
+        inv = rms_inverse(sum, d, a.eps);
       }
       for (int i = lane; i < half; i += 32) {
         const bool normed = norm != nullptr;

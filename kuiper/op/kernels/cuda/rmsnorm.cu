@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     sum = warp_sum(sum);
   }
   if (!live) return;
-  // The same expression as the CPU reference: 1 / sqrt(mean + eps), weight * (x * inv).
-  const float inv = 1.0f / sqrtf(sum / static_cast<float>(D) + eps);
+  // The CPU reference's order: weight * (x * inv).
+  const float inv = rms_inverse(sum, D, eps);
   if constexpr (kInRegisters) {
 #pragma unroll
     for (int j = 0; j < kHeld; ++j) {

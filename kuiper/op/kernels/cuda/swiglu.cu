@@ -7,9 +7,8 @@ namespace kuiper::cuda {
 
 namespace {
 
-// silu(g) = g / (1 + e^-g), the CPU reference's form.
 struct SiluTimes {
-  __device__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+  __device__ float operator()(float g, float u) const { return silu_times(g, u); }
 };
 
 // One thread per kVec elements of out [T, N] (16 bytes when N allows, else one); row t of

@@ -302,7 +302,7 @@ __device__ __forceinline__ void prepare_head(const float (&e0)[D / 64], const fl
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) sum += e1[k] * e1[k];
     sum = kuiper::cuda::warp_sum(sum);
-    inv = 1.0f / sqrtf(sum / static_cast<float>(D) + eps);
+    inv = kuiper::cuda::rms_inverse(sum, D, eps);
   }
 #pragma unroll
   for (int k = 0; k < kPairs; ++k) {
