@@ -491,8 +491,6 @@ TEST_F(Server, BadRequestsAreRefusedAndTheServerGoesOn) {
       {"negative max_tokens", "/v1/chat/completions", chat("hi", -5).dump(), "max_tokens"},
       {"presence_penalty out of range", "/v1/chat/completions",
        chat("hi", 4, {{"presence_penalty", 3}}).dump(), "presence_penalty"},
-      {"unknown model", "/v1/chat/completions", chat("hi", 4, {{"model", "gpt-9"}}).dump(),
-       "model"},
       {"unknown role", "/v1/chat/completions",
        R"({"messages": [{"role": "wizard", "content": "hi"}]})", "messages[0].role"},
       {"an image for a text model", "/v1/chat/completions",
@@ -542,6 +540,38 @@ TEST_F(Server, BadRequestsAreRefusedAndTheServerGoesOn) {
   EXPECT_EQ(past.status, 400);
   EXPECT_EQ(past.body["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(get(port(), "/v1/nothing").status, 404);
+}
+
+// As OpenAI's API and vLLM: a model the server does not serve is a 404 (model_not_found), a
+// known route asked with another method a 405 that names the one it takes; the server goes on.
+TEST_F(Server, UnknownModelIs404AndWrongMethodIs405) {
+  const Reply unknown = post(port(), "/v1/chat/completions", chat("hi", 4, {{"model", "gpt-9"}}));
+  EXPECT_EQ(unknown.status, 404) << unknown.raw;
+  EXPECT_EQ(unknown.body["error"]["code"], "model_not_found");
+  EXPECT_EQ(unknown.body["error"]["param"], "model");
+  EXPECT_EQ(unknown.body["error"]["type"], "invalid_request_error");
+
+  httplib::Client client("127.0.0.1", port());
+  httplib::Result r = client.Get("/v1/chat/completions");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  const json body = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(body.contains("error")) << r->body;
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  r = client.Post("/v1/models", "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET");
+  r = client.Delete("/v1/completions");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  r = client.Put("/v1/nothing", "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body, nullptr, false)["error"]["type"], "not_found_error");
+  EXPECT_EQ(post(port(), "/v1/chat/completions", chat("hi", 2)).status, 200);
 }
 
 // `curl -d` sends application/x-www-form-urlencoded, whose bodies httplib's own read caps at

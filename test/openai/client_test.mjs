@@ -87,6 +87,6 @@ try {
 } catch (e) {
   refused = e;
 }
-assert.ok(refused instanceof OpenAI.BadRequestError, "an unknown model is a 400");
+assert.ok(refused instanceof OpenAI.NotFoundError, "an unknown model is a 404");
 
 console.log("openai client: chat, streamed chat, completions (one and several prompts) and a refusal all as expected");

@@ -31,6 +31,13 @@ constexpr std::chrono::milliseconds kPoll(20);
 // The largest request body read (images come inline as data URIs).
 constexpr size_t kMaxBodyBytes = size_t{64} << 20;
 
+// The method each route answers, for the 405 a known path asked with another method gets.
+const char* route_method(const std::string& path) {
+  if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET";
+  if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
+  return nullptr;
+}
+
 std::string dump(const Json& j) {
   // Generated text is valid UTF-8; a logprob's token may be part of a character.
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -256,9 +263,20 @@ void HttpServer::routes() {
     if (!res.body.empty()) return;
     ApiError error;
     error.status = res.status;
+    // No handler ran: httplib answers an unrouted GET or POST with 404 and a method it has no
+    // handlers for (PUT, DELETE, ...) with 400. A known path gets a 405 naming the method it
+    // takes (as vLLM and SGLang answer), any other path a 404.
+    const char* method = route_method(req.path);
+    const bool routed_method = req.method == "GET" || req.method == "POST" || req.method == "HEAD";
+    if (res.status == 404 || (res.status == 400 && !routed_method)) {
+      res.status = error.status = method != nullptr ? 405 : 404;
+      if (method != nullptr) res.set_header("Allow", method);
+    }
     error.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
     if (res.status == 404) {
       error.message = "no route " + req.method + " " + req.path;
+    } else if (res.status == 405) {
+      error.message = req.path + " takes " + method + ", not " + req.method;
     } else if (res.status == 413) {
       error.message = "the request body is larger than the server's limit of " +
                       std::to_string(kMaxBodyBytes >> 20) + " MiB";

@@ -49,9 +49,12 @@ bool parse_common(const Json& j, const ParseContext& context, int64_t default_ma
     if (!j["model"].is_string()) return fail(error, "\"model\" must be a string", "model");
     out->model = j["model"].get<std::string>();
     if (out->model != context.model) {
-      return fail(error, "the model \"" + out->model + "\" does not exist; this server serves \"" +
-                             context.model + "\"",
-                  "model", "model_not_found");
+      // 404, as OpenAI's API and vLLM answer a model they do not serve.
+      fail(error, "the model \"" + out->model + "\" does not exist; this server serves \"" +
+                      context.model + "\"",
+           "model", "model_not_found");
+      error->status = 404;
+      return false;
     }
   }
   Result<bool> stream = r.get_bool_or("stream", false);
