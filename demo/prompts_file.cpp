@@ -89,6 +89,16 @@ Status place_images(Json messages, const std::vector<std::string>& last_user_ima
   return Status::Ok();
 }
 
+// The options of line `line` (1-based) that gives no "seed": the command line's, its seed
+// advanced by line - 1, so that lines holding the same prompt draw different samples (as
+// vLLM's requests do under one run seed), the run stays reproducible under --seed, and line 1
+// samples as the one-shot program does with that seed.
+GenerationOptions line_defaults(const GenerationOptions& defaults, int64_t line) {
+  GenerationOptions options = defaults;
+  options.sampling.seed += static_cast<uint64_t>(line - 1);
+  return options;
+}
+
 Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
                                       const GenerationOptions& defaults,
                                       const std::string& system) {
@@ -141,7 +151,7 @@ Result<BatchRequest> parse_jsonl_line(const std::string& text, int64_t line,
     if (!images.empty()) request.echo["images"] = j["images"];
     KUIPER_RETURN_IF_ERROR(place_images(j["messages"], images, &request));
   }
-  request.generation = defaults;
+  request.generation = line_defaults(defaults, line);
   const nlohmann::json fields(j);
   KUIPER_RETURN_IF_ERROR(read_generation_fields(JsonReader(fields, ""), &request.generation));
   return request;
@@ -171,7 +181,7 @@ Result<std::vector<PromptLine>> read_prompts_file(const std::string& path,
       request.id = number;
       request.echo = {{"prompt", text}};
       request.messages = user_messages(system, text);
-      request.generation = defaults;
+      request.generation = line_defaults(defaults, number);
       lines.push_back({number, std::move(request)});
     }
   }

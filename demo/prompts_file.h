@@ -3,6 +3,8 @@
 // an optional "id", and optional sampling fields overriding the command line: temperature,
 // top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, seed,
 // max_tokens, stop (a string or a list). Blank lines are skipped. A bad line is an error of that line only.
+// A line without its own "seed" samples with the command line's seed plus its line number less
+// one (line 1 with the seed itself), so equal prompts on several lines draw different samples.
 //
 // Images (vision-language models): "images": ["a.png", ...] goes with "prompt", or with
 // "messages" to their last user message; a user message in "messages" may also hold its own

@@ -185,6 +185,33 @@ TEST_F(InferCli, SameSeedSameSample) {
   EXPECT_EQ(a["seed"], 77);
 }
 
+// A prompts file's lines without a "seed" take --seed plus their line number less one: the same
+// prompt on three lines draws three samples, each the one-shot program's with that line's seed,
+// and a blank line still counts.
+TEST_F(InferCli, BatchLinesWithoutASeedTakeTheRunSeedPlusTheirLine) {
+  write("prompts.txt", "Hi\nHi\n\nHi\n");
+  const std::vector<std::string> sampling = {"--max-tokens", "10", "--temperature", "1.2",
+                                             "--top-k", "0", "--seed", "77"};
+  std::vector<std::string> args = sampling;
+  args.insert(args.end(), {"--prompts-file", path("prompts.txt"), "--output", path("b.jsonl")});
+  CliResult r = qwen3(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<json> records = read_jsonl(path("b.jsonl"));
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0]["seed"], 77);
+  EXPECT_EQ(records[1]["seed"], 78);
+  EXPECT_EQ(records[2]["seed"], 80);
+  EXPECT_NE(records[0]["output_ids"], records[1]["output_ids"]);
+  EXPECT_NE(records[1]["output_ids"], records[2]["output_ids"]);
+  // Line 4 alone, one-shot with its seed, samples the same tokens.
+  args = sampling;
+  args[7] = "80";
+  args.insert(args.end(), {"--prompt", "Hi", "--output", path("one.jsonl")});
+  r = qwen3(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_jsonl(path("one.jsonl")).at(0)["output_ids"], records[2]["output_ids"]);
+}
+
 // The load summary is glog's at --v=1, one line, and absent from a normal run.
 TEST_F(InferCli, VerboseRunLogsTheLoadSummaryOnce) {
   const std::string summary = "decode, max_context 4096, KV pool 256 x 16 tokens";
