@@ -78,6 +78,10 @@ TEST(UntrustedConfig, WrongTypesAreErrors) {
   json c = qwen3_config();
   c["architectures"] = json::array({6});
   EXPECT_MENTIONS(from_hf_error(c), "architectures[0]: expected a string");
+  c["architectures"] = json::array();
+  EXPECT_MENTIONS(from_hf_error(c), "\"architectures\" is missing or empty");
+  c.erase("architectures");
+  EXPECT_MENTIONS(from_hf_error(c), "\"architectures\" is missing or empty");
   c = qwen3_config();
   c["rope_theta"] = "1000000";
   EXPECT_MENTIONS(from_hf_error(c), "rope_theta: expected a number, got a string");

@@ -344,6 +344,11 @@ Result<ModelConfig> ModelConfig::from_hf(const json& hf) {
       KUIPER_ASSIGN_OR_RETURN(arch_name, first.to_string());
     }
   }
+  if (arch_name.empty()) {
+    return Status::Error("config.json: \"architectures\" is missing or empty; it names the model "
+                         "class (Qwen2ForCausalLM, Qwen3ForCausalLM or "
+                         "Qwen3VLForConditionalGeneration), as transformers saves it");
+  }
   ModelConfig c;
   if (arch_name == "Qwen2ForCausalLM") {
     c.arch = Architecture::kQwen2;
