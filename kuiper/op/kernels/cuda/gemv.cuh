@@ -70,12 +70,37 @@ struct GemvArgs {
 
 // Whether the GEMVs of several rows of x (gemv_rows.cuh, gemv_rows_mma.cuh) take x of TX and out
 // of TO with a weight of TW: a 16-bit weight, x and out each of its type or fp32 (an fp32 x only
-// into a norm, which the launchers check), not both fp32.
+// into a norm, which visit_rows_gemv checks), not both fp32.
 template <typename TX, typename TW, typename TO>
 constexpr bool kRowsGemvTypes = sizeof(TW) == 2 &&
                                 (std::is_same_v<TX, TW> || std::is_same_v<TX, float>) &&
                                 (std::is_same_v<TO, TW> || std::is_same_v<TO, float>) &&
                                 !(std::is_same_v<TX, float> && std::is_same_v<TO, float>);
+
+// The multi-row GEMVs' type dispatch: calls launch(reader_tag, x_tag, out_tag) -> Result<bool>
+// (whether it ran) with w's reader and x's and out's types where those GEMVs take them
+// (kRowsGemvTypes; an fp32 x only when `norm`). Returns whether launch ran; false: the caller's
+// other path must. visit_reader(w, fn) calls fn(TypeTag<Reader>{}) with w's reader
+// (weight_readers.cuh).
+template <typename VisitReader, typename Launch>
+Result<bool> visit_rows_gemv(const Tensor& x, const op::Weight& w, const Tensor& out, bool norm,
+                             VisitReader&& visit_reader, Launch&& launch) {
+  bool ran = false;
+  KUIPER_RETURN_IF_ERROR(visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag,
+                                                                            auto out_tag) {
+    using TX = typename std::decay_t<decltype(x_tag)>::type;
+    using TO = typename std::decay_t<decltype(out_tag)>::type;
+    return visit_reader(w, [&](auto reader_tag) -> Status {
+      using Reader = typename std::decay_t<decltype(reader_tag)>::type;
+      if constexpr (kRowsGemvTypes<TX, typename Reader::Weight, TO>) {
+        if (std::is_same_v<TX, float> && !norm) return Status::Ok();
+        KUIPER_ASSIGN_OR_RETURN(ran, launch(reader_tag, x_tag, out_tag));
+      }
+      return Status::Ok();
+    });
+  }));
+  return ran;
+}
 
 // A warp's two rows of w in tile b of a two-rows-a-warp GEMV (gemv_kernel, gemv_rows_kernel)
 // and whether each exists: rows 2 g and 2 g + 1 of group g = b x kGemvWarps + warp, or for
@@ -182,6 +207,38 @@ __device__ __forceinline__ void gemv_store_pair(const GemvArgs& a, TO* out, cons
   }
 }
 
+// A warp's two rows of w (the tile `t` names) and the next kLoads chunks a lane reads of each,
+// loaded ahead of their use: how gemv_kernel and gemv_rows_kernel stream their weights.
+template <typename Reader, int kLoads>
+struct GemvPairLoads {
+  GemvWarpRows t;
+  typename Reader::Row rows[2];
+  uint4 raw[2][kLoads] = {};
+  typename Reader::Meta meta[2][kLoads] = {};
+
+  // Points at tile `next`'s rows (a missing row reads row 0, never used).
+  __device__ __forceinline__ void point(const Reader& reader, const GemvWarpRows& next) {
+    t = next;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rows[r] = reader.row(t.valid[r] ? t.row[r] : 0);
+  }
+  // Chunks c0, c0 + 32, ... (kLoads of them) of both rows; those at or past `chunks`, and a
+  // missing row's, keep what they held.
+  __device__ __forceinline__ void load(const Reader& reader, int64_t c0, int64_t chunks) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (t.valid[r] && c < chunks) {
+          raw[r][u] = __ldcs(Reader::chunk(rows[r], c));
+          meta[r][u] = reader.meta(rows[r], c);
+        }
+      }
+    }
+  }
+};
+
 // A persistent grid over `tiles` tiles (a block's worth of rows: two a warp, or gate and up rows
 // for SwiGLU): block b takes tiles b, b + gridDim.x, ... with x staged once, and a warp issues
 // the first loads of its next tile's rows before it reduces and stores the tile it has finished,
@@ -191,31 +248,16 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
     gemv_kernel(const GemvArgs a, int64_t tiles) {
   extern __shared__ __align__(16) float xs[];
   constexpr int kVec = Reader::kVec;
-  using Meta = typename Reader::Meta;
   const Reader reader(a.w);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   using Rows = GemvWarpRows;
   auto rows_of = [&](int64_t b) { return gemv_warp_rows(a, b, warp); };
   const int64_t K = a.K;
   const int64_t chunks = a.w_vectorized ? K / kVec : 0;
-  Rows t = rows_of(blockIdx.x);
-  typename Reader::Row rows[2] = {reader.row(t.valid[0] ? t.row[0] : 0),
-                                  reader.row(t.valid[1] ? t.row[1] : 0)};
-  uint4 raw[2][kGemvUnroll] = {};
-  Meta meta[2][kGemvUnroll] = {};
-  auto load = [&](int64_t c0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        const int64_t c = c0 + 32 * u;
-        if (t.valid[r] && c < chunks) {
-          raw[r][u] = __ldcs(Reader::chunk(rows[r], c));
-          meta[r][u] = reader.meta(rows[r], c);
-        }
-      }
-    }
-  };
+  GemvPairLoads<Reader, kGemvUnroll> w;
+  w.point(reader, rows_of(blockIdx.x));
+  const Rows& t = w.t;
+  auto load = [&](int64_t c0) { w.load(reader, c0, chunks); };
   load(lane);  // weights only: safe before the previous kernel has finished
   grid_dependency_wait();
   grid_launch_dependents();
@@ -238,7 +280,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
         if (c >= chunks) continue;
         // A missing row multiplies whatever raw holds into a sum never stored.
         float part[2];
-        chunk_dot2<Reader>(raw[0][u], meta[0][u], raw[1][u], meta[1][u], xs, c, part);
+        chunk_dot2<Reader>(w.raw[0][u], w.meta[0][u], w.raw[1][u], w.meta[1][u], xs, c, part);
         acc[0] += part[0];
         acc[1] += part[1];
       }
@@ -247,16 +289,14 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvUnroll >= 8 ? 2 : 4)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (!t.valid[r]) continue;
-        for (int64_t k = lane; k < K; k += 32) acc[r] += reader.at(rows[r], k) * xs[k];
+        for (int64_t k = lane; k < K; k += 32) acc[r] += reader.at(w.rows[r], k) * xs[k];
       }
     }
     const Rows done = t;
     // The next tile's first loads, before this one's stores. (The 4-load form runs one wave, a
     // tile a block: the loads ahead would only cost it registers it has not got.)
     if (kGemvUnroll >= 8 && b + gridDim.x < tiles) {
-      t = rows_of(b + gridDim.x);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) rows[r] = reader.row(t.valid[r] ? t.row[r] : 0);
+      w.point(reader, rows_of(b + gridDim.x));
       load(lane);
     }
     acc[0] = warp_sum(acc[0]);

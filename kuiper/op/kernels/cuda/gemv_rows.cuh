@@ -125,30 +125,15 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   extern __shared__ __align__(16) float xs[];
   __shared__ float sumsq[kRows][kGemvWarps];
   constexpr int kVec = Reader::kVec;
-  using Meta = typename Reader::Meta;
   const Reader reader(a.w);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   using Rows = GemvWarpRows;
   auto rows_of = [&](int64_t b) { return gemv_warp_rows(a, b, warp); };
   const int64_t K = a.K, chunks = K / kVec;
-  Rows t = rows_of(blockIdx.x);
-  typename Reader::Row rows[2] = {reader.row(t.valid[0] ? t.row[0] : 0),
-                                  reader.row(t.valid[1] ? t.row[1] : 0)};
-  uint4 raw[2][kLoads] = {};
-  Meta meta[2][kLoads] = {};
-  auto load = [&](int64_t c0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) {
-        const int64_t c = c0 + 32 * u;
-        if (t.valid[r] && c < chunks) {
-          raw[r][u] = __ldcs(Reader::chunk(rows[r], c));
-          meta[r][u] = reader.meta(rows[r], c);
-        }
-      }
-    }
-  };
+  GemvPairLoads<Reader, kLoads> w;
+  w.point(reader, rows_of(blockIdx.x));
+  const Rows& t = w.t;
+  auto load = [&](int64_t c0) { w.load(reader, c0, chunks); };
   if (blockIdx.x < tiles) load(lane);  // weights only: safe before the previous kernel ends
   grid_dependency_wait();
   grid_launch_dependents();
@@ -172,14 +157,13 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
         const int64_t c = c0 + 32 * u;
         if (c >= chunks) continue;
         // A missing row multiplies whatever raw holds into a sum never stored.
-        chunk_rows<Reader, kRows>(raw[0][u], meta[0][u], raw[1][u], meta[1][u], xs, K, c, acc);
+        chunk_rows<Reader, kRows>(w.raw[0][u], w.meta[0][u], w.raw[1][u], w.meta[1][u], xs, K, c,
+                                  acc);
       }
     }
     const Rows done = t;
     if (b + gridDim.x < tiles) {
-      t = rows_of(b + gridDim.x);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) rows[r] = reader.row(t.valid[r] ? t.row[r] : 0);
+      w.point(reader, rows_of(b + gridDim.x));
       load(lane);
     }
 #pragma unroll
@@ -216,28 +200,18 @@ Result<bool> gemv_rows(const Tensor& x, const op::Weight& w, const op::LinearOpt
                        Tensor& out, VisitReader&& visit_reader) {
   GemvArgs a = gemv_args(x, w, o, out);
   if (!gemv_rows_fits(a.T, a.K) || a.fp8_activations) return false;
-  bool ran = false;
-  KUIPER_RETURN_IF_ERROR(visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag,
-                                                                            auto out_tag) {
+  return visit_rows_gemv(x, w, out, a.norm != nullptr, visit_reader,
+                         [&](auto reader_tag, auto x_tag, auto out_tag) -> Result<bool> {
+    using Reader = typename std::decay_t<decltype(reader_tag)>::type;
     using TX = typename std::decay_t<decltype(x_tag)>::type;
     using TO = typename std::decay_t<decltype(out_tag)>::type;
-    return visit_reader(w, [&](auto reader_tag) -> Status {
-      using Reader = typename std::decay_t<decltype(reader_tag)>::type;
-      using TW = typename Reader::Weight;
-      if constexpr (!kRowsGemvTypes<TX, TW, TO>) {
-        return Status::Ok();
-      } else {
-        if (std::is_same_v<TX, float> && a.norm == nullptr) return Status::Ok();
-        a.w_vectorized = Reader::vectorizable(a.w);
-        a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw()) &&
-                         (a.K * static_cast<int64_t>(sizeof(TX))) % 16 == 0;
-        if (!a.w_vectorized || !a.x_vectorized) return Status::Ok();
-        ran = true;
-        return launch_gemv_rows<Reader, TX, TO, kRowsGemvRows>(a);
-      }
-    });
-  }));
-  return ran;
+    a.w_vectorized = Reader::vectorizable(a.w);
+    a.x_vectorized = a.K % (16 / sizeof(TX)) == 0 && aligned16(x.raw()) &&
+                     (a.K * static_cast<int64_t>(sizeof(TX))) % 16 == 0;
+    if (!a.w_vectorized || !a.x_vectorized) return false;
+    KUIPER_RETURN_IF_ERROR((launch_gemv_rows<Reader, TX, TO, kRowsGemvRows>(a)));
+    return true;
+  });
 }
 
 }  // namespace kuiper::cuda

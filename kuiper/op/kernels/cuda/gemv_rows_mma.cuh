@@ -315,41 +315,31 @@ Result<bool> gemv_rows_mma(const Tensor& x, const op::Weight& w, const op::Linea
   }
   const int64_t columns = splits > 1 ? split.max_columns() : a.K;  // of x, a block stages
   KUIPER_ASSIGN_OR_RETURN(const int64_t smem_limit, gemv_rows_mma_smem_limit());
-  bool ran = false;
-  KUIPER_RETURN_IF_ERROR(visit_activation_pair(x.dtype(), out.dtype(), [&](auto x_tag,
-                                                                            auto out_tag) {
+  return visit_rows_gemv(x, w, out, a.norm != nullptr, visit_reader,
+                         [&](auto reader_tag, auto x_tag, auto out_tag) -> Result<bool> {
+    using Reader = typename std::decay_t<decltype(reader_tag)>::type;
     using TX = typename std::decay_t<decltype(x_tag)>::type;
     using TO = typename std::decay_t<decltype(out_tag)>::type;
-    return visit_reader(w, [&](auto reader_tag) -> Status {
-      using Reader = typename std::decay_t<decltype(reader_tag)>::type;
-      using TW = typename Reader::Weight;
-      if constexpr (!kRowsGemvTypes<TX, TW, TO>) {
-        return Status::Ok();
-      } else {
-        if (std::is_same_v<TX, float> && a.norm == nullptr) return Status::Ok();
-        a.w_vectorized = Reader::vectorizable(a.w);
-        a.x_vectorized = aligned16(x.raw());
-        if (!a.w_vectorized || !a.x_vectorized) return Status::Ok();
-        constexpr auto kKernel = gemv_rows_mma_kernel<TW, TX, TO>;
-        KUIPER_RETURN_IF_ERROR(allow_shared_memory<kKernel>(static_cast<size_t>(smem_limit)));
-        const int64_t smem = gemv_rows_mma_smem(a.T, columns);
-        const int64_t tiles = gemv_mma_tiles(a);
-        KUIPER_ASSIGN_OR_RETURN(const int64_t fit, resident_blocks<kKernel>(
-                                                       kMmaGemvThreads, static_cast<size_t>(smem)));
-        // Groups of `splits` blocks, as many as fit at once, each taking the same number of
-        // tiles (give or take one for the last).
-        const int64_t fit_groups = std::max<int64_t>(1, std::min(fit, tiles * splits) / splits);
-        const int64_t per_block = (tiles + fit_groups - 1) / fit_groups;
-        const int64_t groups = (tiles + per_block - 1) / per_block;
-        ran = true;
-        return launch_pdl(kKernel, dim3(static_cast<unsigned>(groups * splits)),
-                          dim3(kMmaGemvThreads), static_cast<size_t>(smem),
-                          "multi-row tensor-core gemv kernel launch", a,
-                          static_cast<int>(tiles), split);
-      }
-    });
-  }));
-  return ran;
+    a.w_vectorized = Reader::vectorizable(a.w);
+    a.x_vectorized = aligned16(x.raw());
+    if (!a.w_vectorized || !a.x_vectorized) return false;
+    constexpr auto kKernel = gemv_rows_mma_kernel<typename Reader::Weight, TX, TO>;
+    KUIPER_RETURN_IF_ERROR(allow_shared_memory<kKernel>(static_cast<size_t>(smem_limit)));
+    const int64_t smem = gemv_rows_mma_smem(a.T, columns);
+    const int64_t tiles = gemv_mma_tiles(a);
+    KUIPER_ASSIGN_OR_RETURN(const int64_t fit, resident_blocks<kKernel>(
+                                                   kMmaGemvThreads, static_cast<size_t>(smem)));
+    // Groups of `splits` blocks, as many as fit at once, each taking the same number of tiles
+    // (give or take one for the last).
+    const int64_t fit_groups = std::max<int64_t>(1, std::min(fit, tiles * splits) / splits);
+    const int64_t per_block = (tiles + fit_groups - 1) / fit_groups;
+    const int64_t groups = (tiles + per_block - 1) / per_block;
+    KUIPER_RETURN_IF_ERROR(launch_pdl(kKernel, dim3(static_cast<unsigned>(groups * splits)),
+                                      dim3(kMmaGemvThreads), static_cast<size_t>(smem),
+                                      "multi-row tensor-core gemv kernel launch", a,
+                                      static_cast<int>(tiles), split));
+    return true;
+  });
 }
 
 }  // namespace kuiper::cuda
