@@ -29,8 +29,9 @@
    times, the tokens copied to the host after each step as a generation loop does (the
    median of 3 runs): ms per step, output tok/s (B tokens per step) and the GB/s of the
    weights and KV rows a step reads. --peer-forms times other ways of writing the same step
-   (separate projections; SDPA's enable_gqa, or K and V expanded to every query head first),
-   each its own row ("torch-graph-decode" is fused-rows, the default and issue 13's peer).
+   (separate projections; SDPA's enable_gqa, K and V expanded to every query head first, or
+   a static cache of --static-cache-len slots attended under a mask of the filled ones, as
+   transformers' StaticCache does), each its own row ("torch-graph-decode" is fused-rows, the default and issue 13's peer).
 
   python3 scripts/peer_bench.py --config models/qwen3-8b.json --json peer.json
   python3 scripts/peer_bench.py --batched --config models/qwen3-8b.json --json batched.json
@@ -72,7 +73,11 @@ def parse_args():
                         "projections fused (q|k|v and gate|up one matmul each) or separate (one "
                         "a weight, as transformers' modules); attention rows (each kv head's "
                         "query heads as its query rows), gqa (SDPA's enable_gqa) or expand "
-                        "(K and V repeated to every query head, transformers' repeat_kv)")
+                        "(K and V repeated to every query head, transformers' repeat_kv) or static "
+                        "(rows over a static cache of --static-cache-len slots, the slots not yet "
+                        "filled masked out, as transformers' StaticCache attends)")
+    p.add_argument("--static-cache-len", type=int, default=1024,
+                   help="--batched, the static form: the cache's slots per sequence (> --context)")
     p.add_argument("--peak-tflops", type=float, default=989.4,
                    help="compute ceiling for percentages (H100 SXM dense fp16 datasheet figure)")
     return p.parse_args()
@@ -355,8 +360,19 @@ def bench_batched(torch, args):
     # matmul each).
     forms = [f.split("-") for f in args.peer_forms.split(",")]
     for projections, attention in forms:
-        if projections not in ("fused", "separate") or attention not in ("rows", "gqa", "expand"):
+        if projections not in ("fused", "separate") or attention not in ("rows", "gqa", "expand",
+                                                                          "static"):
             raise ValueError(f"--peer-forms: unknown form {projections}-{attention}")
+    # The static form's cache: --static-cache-len slots a sequence, the first ctx + 1 filled (the
+    # same random rows, then the step's own token), the rest masked out of every query's keys.
+    S = args.static_cache_len
+    if any(a == "static" for _, a in forms):
+        if S <= ctx:
+            raise ValueError("--static-cache-len must exceed --context")
+        kstatic = [torch.randn(bmax, KVH, S, D, device=dev, dtype=dt) for _ in range(L)]
+        vstatic = [torch.randn(bmax, KVH, S, D, device=dev, dtype=dt) for _ in range(L)]
+        filled = (torch.arange(S, device=dev) <= ctx).view(1, 1, 1, S)
+        torch.cuda.synchronize()
 
     def step(B, projections="fused", attention="rows"):
         tokens = ids[:B]
@@ -369,12 +385,16 @@ def bench_batched(torch, args):
                 q, k, v = (h @ w.t() for w in p["wqkv"].split([NH * D, KVH * D, KVH * D]))
             q = rope(F.rms_norm(q.view(B, NH, D), (D,), p["qn"], eps))
             k = rope(F.rms_norm(k.view(B, KVH, D), (D,), p["kn"], eps))
-            kc, vc = kcache[layer][:B], vcache[layer][:B]
+            static = attention == "static"
+            kc = (kstatic if static else kcache)[layer][:B]
+            vc = (vstatic if static else vcache)[layer][:B]
             kc[:, :, ctx] = k
             vc[:, :, ctx] = v.view(B, KVH, D)
             if attention == "rows":
                 # Query heads j*G .. j*G+G-1 share kv head j: they are that head's G query rows.
                 o = F.scaled_dot_product_attention(q.view(B, KVH, G, D), kc, vc)
+            elif static:
+                o = F.scaled_dot_product_attention(q.view(B, KVH, G, D), kc, vc, attn_mask=filled)
             elif attention == "gqa":
                 o = F.scaled_dot_product_attention(q.view(B, NH, 1, D), kc, vc, enable_gqa=True)
             else:
@@ -416,7 +436,9 @@ def bench_batched(torch, args):
 
             run(3)
             seconds = statistics.median(run(args.steps) for _ in range(3))
-            kv_bytes = 2.0 * L * B * (ctx + 1) * KVH * D * 2
+            # The KV rows the attention reads (the static form reads its masked slots too).
+            slots = S if attention == "static" else ctx + 1
+            kv_bytes = 2.0 * L * B * slots * KVH * D * 2
             name = "torch-graph-decode"
             if (projections, attention) != ("fused", "rows"):
                 name += f" ({projections}-{attention})"
@@ -428,6 +450,8 @@ def bench_batched(torch, args):
             del graph
             torch.cuda.empty_cache()
     del layers, embed, lm_head, kcache, vcache
+    if any(a == "static" for _, a in forms):
+        del kstatic, vstatic
     torch.cuda.empty_cache()
     return rows
 
