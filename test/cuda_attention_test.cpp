@@ -151,6 +151,22 @@ Status sync() {
 #endif
 }
 
+// Runs op into args.out twice, poisoned with NaN before each run (the second reuses the op's
+// scratch buffers, as decode steps do), and compares each output with ref.
+void expect_forward_twice(AttentionOp& op, AttentionArgs& args, const Tensor& ref,
+                          DataType dtype) {
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    ASSERT_TRUE(args.out.copy_from(*nan_tensor(args.out.shape(), dtype)).ok());
+    Status st = op.forward(args);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_TRUE(sync().ok());
+    Result<Tensor> got = to_host_f32(args.out);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    expect_close(*got, ref, dtype);
+  }
+}
+
 class CudaAttention : public testing::TestWithParam<Case> {};
 
 TEST_P(CudaAttention, MatchesCpuReference) {
@@ -184,16 +200,7 @@ TEST_P(CudaAttention, MatchesCpuReference) {
     pos.data<int32_t>()[0] = c.start;
     args.device_position = *pos.to(DeviceType::kCuda);
   }
-  // Twice: the second run reuses the op's scratch buffers, as decode steps do.
-  for (int run = 0; run < 2; ++run) {
-    ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), c.dtype)).ok());
-    Status st = (*op)->forward(args);
-    ASSERT_TRUE(st.ok()) << st.message();
-    ASSERT_TRUE(sync().ok());
-    Result<Tensor> got = to_host_f32(args.out);
-    ASSERT_TRUE(got.ok()) << got.status().message();
-    expect_close(*got, p.ref, c.dtype);
-  }
+  expect_forward_twice(**op, args, p.ref, c.dtype);
 }
 
 std::vector<Case> all_cases() {
@@ -480,16 +487,7 @@ TEST_P(CudaAttentionPaged, MatchesCpuReferencePerSequence) {
   Result<std::unique_ptr<AttentionOp>> op = make_attention(request);
   ASSERT_TRUE(op.ok()) << op.status().message();
   AttentionArgs args = paged_device_args(p, c.dtype);
-  // Twice: the second run reuses the op's scratch buffers, as decode steps do.
-  for (int run = 0; run < 2; ++run) {
-    ASSERT_TRUE(args.out.copy_from(*nan_tensor(p.q.shape(), c.dtype)).ok());
-    Status st = (*op)->forward(args);
-    ASSERT_TRUE(st.ok()) << st.message();
-    ASSERT_TRUE(sync().ok());
-    Result<Tensor> got = to_host_f32(args.out);
-    ASSERT_TRUE(got.ok()) << got.status().message();
-    expect_close(*got, p.ref, c.dtype);
-  }
+  expect_forward_twice(**op, args, p.ref, c.dtype);
 }
 
 std::vector<PagedCase> paged_cases() {

@@ -79,6 +79,15 @@ Result<GreedyRun> greedy(Model& model, const std::vector<int32_t>& prompt, int s
   return run;
 }
 
+// b's greedy tokens are a's, and each step's logits are within tol of a's.
+void expect_same_run(const GreedyRun& a, const GreedyRun& b, double tol) {
+  EXPECT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  for (size_t i = 0; i < a.logits.size(); ++i) {
+    EXPECT_LE(test::max_abs_error(b.logits[i], a.logits[i]), tol) << "step " << i;
+  }
+}
+
 const std::vector<int32_t> kPrompt = {1, 17, 250, 3, 99, 42, 7, 128, 5};
 
 TEST(CudaModel, GraphDecodeMatchesEagerDecode) {
@@ -97,12 +106,7 @@ TEST(CudaModel, GraphDecodeMatchesEagerDecode) {
         ASSERT_OK(a);
         Result<GreedyRun> b = greedy(**graph, kPrompt, 12);
         ASSERT_OK(b);
-        EXPECT_EQ(a->tokens, b->tokens);
-        for (size_t i = 0; i < a->logits.size(); ++i) {
-          EXPECT_LE(test::max_abs_error(a->logits[i], b->logits[i]),
-                    act == DataType::kFp32 ? 1e-4 : 5e-2)
-              << "step " << i;
-        }
+        expect_same_run(*a, *b, act == DataType::kFp32 ? 1e-4 : 5e-2);
       }
     }
   }
@@ -127,10 +131,7 @@ TEST(CudaModel, RandomModelMatchesCpu) {
         ASSERT_OK(gpu);
         Result<GreedyRun> got = greedy(**gpu, kPrompt, 6);
         ASSERT_OK(got);
-        EXPECT_EQ(got->tokens, ref->tokens);
-        for (size_t i = 0; i < ref->logits.size(); ++i) {
-          EXPECT_LE(test::max_abs_error(got->logits[i], ref->logits[i]), 1e-4) << "step " << i;
-        }
+        expect_same_run(*ref, *got, 1e-4);
       }
     }
   }
@@ -161,10 +162,7 @@ TEST(CudaModel, QuantizedRandomModelMatchesCpu) {
         ASSERT_OK(gpu);
         Result<GreedyRun> got = greedy(**gpu, kPrompt, 6);
         ASSERT_OK(got);
-        EXPECT_EQ(got->tokens, ref->tokens);
-        for (size_t i = 0; i < ref->logits.size(); ++i) {
-          EXPECT_LE(test::max_abs_error(got->logits[i], ref->logits[i]), 1e-3) << "step " << i;
-        }
+        expect_same_run(*ref, *got, 1e-3);
       }
     }
   }

@@ -117,6 +117,22 @@ TEST(Matmul, CasesRunOnCpu) {
   expect_backend_matches_cpu(matmul_cases(/*brief=*/true), DeviceType::kCpu);
 }
 
+// op::linear over a linear case's arguments {x, w, bias, norm weight, out}: x's RMSNorm (the
+// norm weight) first unless `residual` (out += the product), SwiGLU over the gate and up rows,
+// the bias where asked.
+std::function<Status(std::vector<Tensor>&)> run_linear(bool residual, bool swiglu,
+                                                       bool with_bias) {
+  return [=](std::vector<Tensor>& a) {
+    op::LinearOptions o;
+    o.norm = residual ? nullptr : &a[3];
+    o.eps = 1e-6;
+    o.bias = with_bias ? &a[2] : nullptr;
+    o.swiglu = swiglu;
+    o.residual = residual;
+    return op::linear(a[0], a[1], o, a[4]);
+  };
+}
+
 // One row (the fused GEMV), two (the two-row GEMV), 3 to 8 (the multi-row tensor-core GEMV) and
 // more (the GPU composition), vectorised and scalar K, an odd N, every weight type, with and
 // without bias. Arguments: x, w, bias, norm weight, out. `brief`: the CPU-only run (CI, no GPU)
@@ -151,15 +167,7 @@ std::vector<OpCase> linear_cases(bool brief) {
                               in({rows, s.K}, w, 1.0f / std::sqrt(static_cast<float>(s.K))),
                               in({rows}, w, 0.5f), in({s.K}, w, 0.5f, 1.0f),
                               residual ? in_out({s.T, s.N}, act) : out({s.T, s.N}, act)},
-                             [=](std::vector<Tensor>& a) {
-                               op::LinearOptions o;
-                               o.norm = residual ? nullptr : &a[3];
-                               o.eps = 1e-6;
-                               o.bias = with_bias ? &a[2] : nullptr;
-                               o.swiglu = swiglu;
-                               o.residual = residual;
-                               return op::linear(a[0], a[1], o, a[4]);
-                             },
+                             run_linear(residual, swiglu, with_bias),
                              {1e-4, 4e-3, 3.2e-2}});
           }
         }
@@ -188,15 +196,7 @@ std::vector<OpCase> linear_cases(bool brief) {
                                        : (swiglu ? " norm swiglu" : " norm")) +
                              (with_bias ? " +bias" : ""),
                          {x, w, in({rows}, act, 0.5f), in({s.K}, act, 0.5f, 1.0f), y},
-                         [=](std::vector<Tensor>& a) {
-                           op::LinearOptions o;
-                           o.norm = residual ? nullptr : &a[3];
-                           o.eps = 1e-6;
-                           o.bias = with_bias ? &a[2] : nullptr;
-                           o.swiglu = swiglu;
-                           o.residual = residual;
-                           return op::linear(a[0], a[1], o, a[4]);
-                         },
+                         run_linear(residual, swiglu, with_bias),
                          {1e-4, 4e-3, 3.2e-2}});
       }
     }
