@@ -11,6 +11,7 @@
 #include "kuiper/model/model_file.h"
 #include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
+#include "support/tiny_config.h"
 
 namespace kuiper {
 namespace {
@@ -79,19 +80,8 @@ TEST(ActivationDtype, AnExplicitRequestWinsWhereTheDeviceRunsIt) {
 // A Qwen3 shape small enough to write in a test, its embedding table (4096 x 16) larger than
 // every other tensor together.
 ModelConfig tiny_config() {
-  ModelConfig c;
-  c.arch = Architecture::kQwen3;
+  ModelConfig c = test::tiny_qwen3_config();
   c.vocab_size = 4096;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 8;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  c.qk_norm = true;
-  c.eos_token_ids = {2};
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include "kuiper/model/model_file.h"
 #include "support/assertions.h"
 #include "support/fixture_checkpoint.h"
+#include "support/tiny_config.h"
 
 namespace kuiper {
 namespace {
@@ -14,20 +15,9 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// A complete Qwen3 configuration whose every tensor fits in a few KiB.
+// test::tiny_qwen3_config with a begin token and two end tokens, so the file carries both.
 ModelConfig tiny_config() {
-  ModelConfig c;
-  c.arch = Architecture::kQwen3;
-  c.vocab_size = 32;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 8;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  c.qk_norm = true;
+  ModelConfig c = test::tiny_qwen3_config();
   c.bos_token_id = 1;
   c.eos_token_ids = {2, 3};
   return c;
