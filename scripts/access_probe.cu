@@ -14,14 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__);      \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
+#include "probe.cuh"
+
 
 constexpr int kInFlight = 8;  // 16-byte loads per lane between uses
 constexpr int kThreads = 256;

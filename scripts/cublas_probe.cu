@@ -11,14 +11,9 @@
 #include <cstdio>
 #include <vector>
 #include <algorithm>
+
+#include "probe.cuh"
 // Weights and x filled with small random fp16 values (zeros would draw less power than a model's).
-__global__ void fill(__half* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned v = (unsigned)i * 2654435761u ^ seed; v ^= v >> 13; v *= 0x5bd1e995u; v ^= v >> 15;
-    p[i] = __float2half(((v & 0xffff) / 65536.0f - 0.5f) * 0.05f);
-  }
-}
-#define CK(x) do { auto e = (x); if (e != 0) { printf("err %d at %s:%d\n", (int)e, __FILE__, __LINE__); exit(1);} } while (0)
 int main(int argc, char** argv) {
   struct Shape { const char* name; int N, K; bool f32out, acc; };
   std::vector<Shape> shapes = {{"qkv", 6144, 4096, false, false}, {"q", 4096, 4096, false, false}, {"kv", 2048, 4096, false, false}, {"o+res", 4096, 4096, true, true},
@@ -34,9 +29,9 @@ int main(int argc, char** argv) {
     int copies = std::max<int>(1, (int)((400u << 20) / wbytes)); if (copies > 8) copies = 8;
     std::vector<void*> W(copies);
     unsigned seed = 1;
-    for (auto& p : W) { CK(cudaMalloc(&p, wbytes)); fill<<<1024, 256>>>((__half*)p, wbytes / 2, seed++); }
+    for (auto& p : W) { CK(cudaMalloc(&p, wbytes)); fill<<<1024, 256>>>((__half*)p, wbytes / 2, seed++, 0.025f); }
     for (int T : Ts) {
-      void *x, *out; CK(cudaMalloc(&x, (size_t)T * s.K * 2)); fill<<<64, 256>>>((__half*)x, (size_t)T * s.K, 99);
+      void *x, *out; CK(cudaMalloc(&x, (size_t)T * s.K * 2)); fill<<<64, 256>>>((__half*)x, (size_t)T * s.K, 99, 0.025f);
       CK(cudaMalloc(&out, (size_t)T * s.N * 4)); CK(cudaMemset(out, 0, (size_t)T * s.N * 4));
       float alpha = 1, beta = s.acc ? 1 : 0;
       cudaDataType_t ct = s.f32out ? CUDA_R_32F : CUDA_R_16F;

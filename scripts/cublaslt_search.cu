@@ -20,25 +20,8 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                \
-  do {                                                                       \
-    auto e_ = (x);                                                           \
-    if (e_ != 0) {                                                           \
-      printf("error %d at %s:%d: %s\n", (int)e_, __FILE__, __LINE__, #x);   \
-      exit(1);                                                               \
-    }                                                                        \
-  } while (0)
+#include "probe.cuh"
 
-__global__ void fill(__half* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned v = (unsigned)i * 2654435761u ^ seed;
-    v ^= v >> 13;
-    v *= 0x5bd1e995u;
-    v ^= v >> 15;
-    p[i] = __float2half(((v & 0xffff) / 65536.0f - 0.5f) * 0.05f);
-  }
-}
 
 struct Config {
   int id, tile, stages, cluster, splitk, reduction, swizzle;
@@ -92,12 +75,12 @@ int main(int argc, char** argv) {
     unsigned seed = 1;
     for (auto& p : W) {
       CK(cudaMalloc(&p, wbytes));
-      fill<<<1024, 256>>>((__half*)p, wbytes / 2, seed++);
+      fill<<<1024, 256>>>((__half*)p, wbytes / 2, seed++, 0.025f);
     }
     for (int T : Ts) {
       void *x, *out;
       CK(cudaMalloc(&x, (size_t)T * s.K * 2));
-      fill<<<64, 256>>>((__half*)x, (size_t)T * s.K, 99);
+      fill<<<64, 256>>>((__half*)x, (size_t)T * s.K, 99, 0.025f);
       CK(cudaMalloc(&out, (size_t)T * s.N * 2));
       CK(cudaMemset(out, 0, (size_t)T * s.N * 2));
       const float alpha = 1, beta = s.residual ? 1 : 0;

@@ -14,27 +14,10 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    auto e = (x);                                                               \
-    if (e != 0) {                                                               \
-      printf("error %d at %s:%d\n", static_cast<int>(e), __FILE__, __LINE__);   \
-      exit(1);                                                                  \
-    }                                                                           \
-  } while (0)
+#include "probe.cuh"
+
 
 constexpr int kHidden = 4096, kInter = 12288, kLayers = 8;
-
-__global__ void fill(__half* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    unsigned v = static_cast<unsigned>(i) * 2654435761u ^ seed;
-    v ^= v >> 13;
-    v *= 0x5bd1e995u;
-    v ^= v >> 15;
-    p[i] = __float2half(((v & 0xffff) / 65536.0f - 0.5f) * 0.05f);
-  }
-}
 
 // h[t, c0 + j] = silu(g) * u for j in [0, c1 - c0), the part's gate g at gu[t, 2 c0 + j] and
 // its up u at gu[t, c0 + c1 + j] (gate_up's layout).
@@ -100,8 +83,8 @@ int main(int argc, char** argv) {
   for (Layer& l : layers) {
     CK(cudaMalloc(&l.gate_up, static_cast<size_t>(2) * kInter * kHidden * 2));
     CK(cudaMalloc(&l.down, static_cast<size_t>(kHidden) * kInter * 2));
-    fill<<<1024, 256>>>(l.gate_up, static_cast<size_t>(2) * kInter * kHidden, seed++);
-    fill<<<1024, 256>>>(l.down, static_cast<size_t>(kHidden) * kInter, seed++);
+    fill<<<1024, 256>>>(l.gate_up, static_cast<size_t>(2) * kInter * kHidden, seed++, 0.025f);
+    fill<<<1024, 256>>>(l.down, static_cast<size_t>(kHidden) * kInter, seed++, 0.025f);
   }
   int lo = 0, hi = 0;
   CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -132,7 +115,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&b.gu, static_cast<size_t>(T) * 2 * kInter * 2));
     CK(cudaMalloc(&b.h, static_cast<size_t>(T) * kInter * 2));
     CK(cudaMalloc(&b.res, static_cast<size_t>(T) * kHidden * 4));
-    fill<<<64, 256>>>(b.x, static_cast<size_t>(T) * kHidden, 99);
+    fill<<<64, 256>>>(b.x, static_cast<size_t>(T) * kHidden, 99, 0.025f);
     CK(cudaMemset(b.res, 0, static_cast<size_t>(T) * kHidden * 4));
     CK(cudaDeviceSynchronize());
 

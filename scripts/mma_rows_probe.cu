@@ -22,29 +22,12 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    auto e = (x);                                                                     \
-    if (e != 0) {                                                                     \
-      printf("error %d at %s:%d\n", static_cast<int>(e), __FILE__, __LINE__);        \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
+#include "probe.cuh"
+
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStageCols = 128;  // a stage: 16 rows x 256 bytes, 16 chunks of 16 bytes a row
-
-__global__ void fill(__half* p, size_t n, unsigned seed, float scale) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    unsigned v = static_cast<unsigned>(i) * 2654435761u ^ seed;
-    v ^= v >> 13;
-    v *= 0x5bd1e995u;
-    v ^= v >> 15;
-    p[i] = __float2half(((v & 0xffff) / 65536.0f - 0.5f) * scale);
-  }
-}
 
 // Chunk c of a row of 16 chunks (or of x), moved by 4 on odd rows so that the 8 lanes of a
 // shared load (rows 2p and 2p + 1, 4 chunks each) meet distinct banks.
@@ -229,14 +212,14 @@ int main() {
     unsigned seed = 1;
     for (auto& p : W) {
       CK(cudaMalloc(&p, wbytes));
-      fill<<<1024, 256>>>(p, wbytes / 2, seed++, 0.05f);
+      fill<<<1024, 256>>>(p, wbytes / 2, seed++, 0.025f);
     }
     __half* x;
     float *out, *ref;
     CK(cudaMalloc(&x, static_cast<size_t>(8) * s.K * 2));
     CK(cudaMalloc(&out, static_cast<size_t>(8) * s.N * 4));
     CK(cudaMalloc(&ref, static_cast<size_t>(8) * s.N * 4));
-    fill<<<64, 256>>>(x, static_cast<size_t>(8) * s.K, 99, 2.0f);
+    fill<<<64, 256>>>(x, static_cast<size_t>(8) * s.K, 99, 1.0f);
     run_mma<4>(s.name, s.N, s.K, 8, W, x, out, ref, h, timer, sms);
     run_mma<3>(s.name, s.N, s.K, 8, W, x, out, ref, h, timer, sms);
     run_mma<2>(s.name, s.N, s.K, 8, W, x, out, ref, h, timer, sms);

@@ -12,13 +12,8 @@
 #include <cmath>
 #include <vector>
 #include <algorithm>
-__global__ void fill(__half* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned v = (unsigned)i * 2654435761u ^ seed; v ^= v >> 13; v *= 0x5bd1e995u; v ^= v >> 15;
-    p[i] = __float2half(((v & 0xffff) / 65536.0f - 0.5f) * 0.05f);
-  }
-}
-#define CK(x) do { auto e = (x); if (e != 0) { printf("err %d at %s:%d\n", (int)e, __FILE__, __LINE__); exit(1);} } while (0)
+
+#include "probe.cuh"
 int main() {
   struct Shape { const char* name; int N, K; };
   std::vector<Shape> shapes = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}};
@@ -31,9 +26,9 @@ int main() {
     int copies = std::max<int>(2, (int)((512u << 20) / wbytes));
     std::vector<void*> W(copies);
     unsigned seed = 1;
-    for (auto& p : W) { CK(cudaMalloc(&p, wbytes)); fill<<<1024, 256>>>((__half*)p, wbytes / 2, seed++); }
+    for (auto& p : W) { CK(cudaMalloc(&p, wbytes)); fill<<<1024, 256>>>((__half*)p, wbytes / 2, seed++, 0.025f); }
     for (int T : {64, 128, 256}) {
-      void *x, *out, *ref; CK(cudaMalloc(&x, (size_t)T * s.K * 2)); fill<<<64, 256>>>((__half*)x, (size_t)T * s.K, 99);
+      void *x, *out, *ref; CK(cudaMalloc(&x, (size_t)T * s.K * 2)); fill<<<64, 256>>>((__half*)x, (size_t)T * s.K, 99, 0.025f);
       CK(cudaMalloc(&out, (size_t)T * s.N * 2)); CK(cudaMalloc(&ref, (size_t)T * s.N * 2));
       float alpha = 1, beta = 0;
       auto time = [&](auto fn) { for (int i = 0; i < 5; ++i) fn(i % copies); cudaEventRecord(e0); int R = 60;

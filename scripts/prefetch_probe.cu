@@ -21,30 +21,13 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s at line %d\n", cudaGetErrorString(e), __LINE__);              \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
+#include "probe.cuh"
+
 
 struct Segment {
   uint64_t offset;
   uint32_t bytes;
 };
-
-__global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed * 40503u;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2half(scale * (float(h & 0xffff) / 32768.0f - 1.0f));
-  }
-}
 
 // An RMSNorm of `rows` rows of k values (one block a row), which first asks L2 for its share of
 // the segments.

@@ -11,7 +11,8 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdint>
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s line %d\n", cudaGetErrorString(e), __LINE__); return 1; } } while (0)
+
+#include "probe.cuh"
 __device__ __forceinline__ void cp16(uint32_t d, const void* s) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(s));
 }

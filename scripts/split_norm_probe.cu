@@ -21,36 +21,11 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s at line %d\n", cudaGetErrorString(e), __LINE__);              \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
-#define CB(x)                                                                  \
-  do {                                                                         \
-    cublasStatus_t s = (x);                                                    \
-    if (s != CUBLAS_STATUS_SUCCESS) {                                          \
-      printf("cuBLAS status %d at line %d\n", int(s), __LINE__);               \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
+#include "probe.cuh"
+
 
 constexpr int kThreads = 256;
 constexpr float kEps = 1e-6f;
-
-__global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed * 40503u;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2half(scale * (float(h & 0xffff) / 32768.0f - 1.0f));
-  }
-}
 
 __device__ float block_sum(float v) {
   __shared__ float part[kThreads / 32];
@@ -119,13 +94,13 @@ __global__ void add_partials_norm(const float* part, int s, int64_t part_stride,
 
 int main() {
   cublasHandle_t h;
-  CB(cublasCreate(&h));
+  CK(cublasCreate(&h));
   void* ws;
   CK(cudaMalloc(&ws, 64 << 20));
-  CB(cublasSetWorkspace(h, ws, 64 << 20));
+  CK(cublasSetWorkspace(h, ws, 64 << 20));
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  CB(cublasSetStream(h, st));
+  CK(cublasSetStream(h, st));
   struct Shape { const char* name; int n, k; } shapes[] = {{"o", 4096, 4096}, {"down", 4096, 12288}};
   const int splits[] = {2, 3, 4, 6};
   constexpr int kN = 4096, kPer = kN / (kThreads * 4);
@@ -162,14 +137,14 @@ int main() {
       // form: 0 GEMM + residual alone, 1 today's pair, s > 1 the K-split form with s slices.
       auto enqueue = [&](int form, const half* wc) -> int {
         if (form <= 1) {
-          CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, rows, sh.k, &one, wc, CUDA_R_16F,
+          CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, rows, sh.k, &one, wc, CUDA_R_16F,
                           sh.k, a, CUDA_R_16F, sh.k, &one, x, CUDA_R_32F, sh.n, CUBLAS_COMPUTE_32F,
                           CUBLAS_GEMM_DEFAULT));
           if (form == 1) rmsnorm<<<rows, kThreads, 0, st>>>(x, gamma, y, sh.n);
           return 0;
         }
         const int kk = sh.k / form;
-        CB(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, rows, kk, &one, wc,
+        CK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, rows, kk, &one, wc,
                                       CUDA_R_16F, sh.k, kk, a, CUDA_R_16F, sh.k, kk, &zero, part,
                                       CUDA_R_32F, sh.n, part_stride, form, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT));

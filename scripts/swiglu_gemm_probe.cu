@@ -35,14 +35,8 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    auto e = (x);                                                              \
-    if (e != 0) {                                                              \
-      printf("error %d at line %d\n", static_cast<int>(e), __LINE__);         \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
+#include "probe.cuh"
+
 
 constexpr int kT = 64;                     // rows of x
 constexpr int kHidden = 4096, kInter = 12288, kLayers = 8;
@@ -224,17 +218,6 @@ __global__ void swiglu(const half* gu, half* h) {
   const int t = i / kInter, cc = i % kInter;
   h[i] = __float2half(silu_times(__half2float(gu[int64_t(t) * 2 * kInter + cc]),
                                  __half2float(gu[int64_t(t) * 2 * kInter + kInter + cc])));
-}
-
-__global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t v = uint32_t(i) * 2654435761u ^ seed;
-    v ^= v >> 13;
-    v *= 0x5bd1e995;
-    v ^= v >> 15;
-    p[i] = __float2half(scale * ((v & 0xFFFF) / 32768.0f - 1.0f));
-  }
 }
 
 int main() {

@@ -22,14 +22,8 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s at line %d\n", cudaGetErrorString(e), __LINE__);              \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
+#include "probe.cuh"
+
 
 constexpr int kT = 64;           // rows of x
 constexpr int kBN = 128;         // weight rows a tile (two warpgroups of 64)
@@ -412,14 +406,6 @@ __global__ void __launch_bounds__(384, 1)
       for (int e = 0; e < 32; ++e) acc[e] = 0.0f;
       ++tile;
     }
-  }
-}
-
-__global__ void fill(half* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 13; h *= 0x5bd1e995; h ^= h >> 15;
-    p[i] = __float2half(scale * ((h & 0xFFFF) / 32768.0f - 1.0f));
   }
 }
 
